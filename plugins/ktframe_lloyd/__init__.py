@@ -1,0 +1,80 @@
+"""``lloyd``: the k-means transformer of SPEC §1, one Lloyd iteration per layer.
+
+Tokens are ``[x; y]`` (points, ``y`` the assignment) and ``[c; e_j]`` (centers, ``e_j`` the index):
+
+- point cross-attention, Euclidean scores on the data part, writes the nearest center's index
+  into ``y``; point self-attention picks the point itself and writes ``−y``: the old assignment is
+  erased;
+- center cross-attention with query ``e_j`` over keys ``y_i`` averages the points assigned to
+  ``j`` (normalized linear attention by default; ``center_update="argmax"`` uses a Euclidean
+  arg-max over the index part instead); center self-attention writes ``−c_j``.
+
+At finite ``gamma`` the arg-max maps are softmaxes; ``gamma=inf`` is the exact hard limit.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ktframe import hookimpl, reference
+from ktframe.construction import coords, fixed_head
+from ktframe.errors import InputError
+from ktframe.model import KMeansTransformer, Layer
+from ktframe.pluginmanager import registry
+from ktframe.variant import Variant, exact_tolerance
+
+CENTER_UPDATES = ("linear", "argmax")
+RESETS = ("attention", "identity")
+
+
+def build(*, d: int, k: int, n_layers: int, gamma: float, center_update: str = "linear", reset: str = "attention", share_weights: bool = True) -> KMeansTransformer:
+    """``reset="identity"`` computes the point self-attention as the identity it is in the hard
+    limit (O(n) instead of O(n²)); it is refused at finite gamma, where it would not be exact."""
+    if center_update not in CENTER_UPDATES:
+        raise InputError(f"center_update must be one of {', '.join(CENTER_UPDATES)}; got {center_update!r}")
+    if reset not in RESETS:
+        raise InputError(f"reset must be one of {', '.join(RESETS)}; got {reset!r}")
+    hard = math.isinf(gamma)
+    if reset == "identity" and not hard:
+        raise InputError(f"reset='identity' is exact only in the hard limit; use gamma=inf (got gamma={gamma:g}) or reset='attention'")
+    reg = registry()
+    euclidean = reg.get("score", "euclidean")()
+    choose = reg.get("map", "hardmax")() if hard else reg.get("map", "softmax")()
+    g = 1.0 if hard else gamma
+    width, xs, ys = d + k, coords(0, d), coords(d, d + k)
+
+    def make_layer() -> Layer:
+        if center_update == "linear":
+            center_cross = fixed_head(width, q=ys, k=ys, v=xs, score=reg.get("score", "linear")(), attention_map=reg.get("map", "normalize")())
+        else:
+            # Over the index part, an assigned point scores 0 and any other −2γ: threshold between.
+            average = reg.get("map", "hardmax")(threshold=-1.0) if hard else reg.get("map", "softmax")()
+            center_cross = fixed_head(width, q=ys, k=ys, v=xs, score=euclidean, attention_map=average, gamma=g)
+        return Layer(
+            point_cross=fixed_head(width, q=xs, k=xs, v=ys, score=euclidean, attention_map=choose, gamma=g),
+            point_self=fixed_head(width, q=xs, k=xs, v=ys, v_scale=-1.0, score=euclidean, attention_map=choose, gamma=g, identity=reset == "identity"),
+            center_cross=center_cross,
+            center_self=fixed_head(width, q=ys, k=ys, v=xs, v_scale=-1.0, score=euclidean, attention_map=choose, gamma=g),
+        )
+
+    layers = [make_layer()] if share_weights else [make_layer() for _ in range(n_layers)]
+    return KMeansTransformer(reg.get("embedding", "onehot")(), layers, d=d, k=k, n_layers=n_layers)
+
+
+def lloyd_reference(X, C0, n_iter, *, gamma=math.inf):
+    return reference.lloyd(X, C0, n_iter)
+
+
+@hookimpl
+def ktframe_register_variants(register):
+    register(
+        "lloyd",
+        Variant(
+            name="lloyd",
+            summary="Euclidean attention: one exact Lloyd iteration per layer (SPEC §1)",
+            classical="Lloyd's algorithm",
+            build=build,
+            reference=lloyd_reference,
+            tolerance=exact_tolerance,
+        ),
+    )

@@ -1,0 +1,15 @@
+"""Center initialisers: ``init(X (B, n, d), k, generator) -> C0 (B, k, d)``."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ktframe import reference
+from ktframe.hookspecs import Register, hookimpl
+
+
+@hookimpl
+def ktframe_register_initializers(register: Register) -> None:
+    register("random", reference.random_points)
+    register("kmeans++", partial(reference.kmeans_plusplus, greedy=False))
+    register("greedy-kmeans++", partial(reference.kmeans_plusplus, greedy=True))

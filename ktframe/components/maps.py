@@ -1,0 +1,93 @@
+"""Attention maps: logits ``(B, m, n)`` to weights over the keys.
+
+A map may leave part of a query's mass on the query itself (``stay``): the normalized linear map
+does so for a query that no key matches, which is how an empty cluster keeps its center.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ktframe.hookspecs import Register, hookimpl
+
+
+@dataclass
+class MapOutput:
+    """Weights as a dense ``(B, m, n)`` tensor, or as ``index (B, m)`` when every query has
+    exactly one key of weight 1. ``stay (B, m, 1)``, when present, is the mass kept on the query."""
+
+    weights: torch.Tensor | None = None
+    index: torch.Tensor | None = None
+    stay: torch.Tensor | None = None
+
+
+class AttentionMap:
+    linear = False  # weights are a fixed linear function of the logits (row normalisation)
+    description = ""
+
+    def __call__(self, logits: torch.Tensor) -> MapOutput:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Softmax(AttentionMap):
+    description = "softmax over the keys (the temperature lives in the score)"
+
+    def __call__(self, logits):
+        return MapOutput(weights=torch.softmax(logits, dim=-1))
+
+
+class Hardmax(AttentionMap):
+    """The gamma -> infinity limit of softmax: uniform over the keys of maximal logit.
+
+    With ``threshold``, keys below it never win; a query with no key at or above the threshold
+    keeps its own value (``stay``).
+    """
+
+    description = "arg-max over the keys, ties averaged; optional threshold below which no key wins"
+
+    def __init__(self, threshold: float | None = None) -> None:
+        self.threshold = threshold
+
+    def __call__(self, logits):
+        best = logits.amax(dim=-1, keepdim=True)
+        winners = logits == best
+        stay = None
+        if self.threshold is not None:
+            supported = best >= self.threshold
+            winners &= supported
+            if not bool(supported.all()):
+                stay = (~supported).to(logits.dtype)
+        count = winners.sum(dim=-1, keepdim=True)
+        if stay is None and bool((count == 1).all()):
+            return MapOutput(index=logits.argmax(dim=-1))
+        weights = winners.to(logits.dtype) / count.clamp_min(1).to(logits.dtype)
+        return MapOutput(weights=weights, stay=stay)
+
+    def __repr__(self) -> str:
+        return f"Hardmax(threshold={self.threshold})"
+
+
+class Normalize(AttentionMap):
+    """Weights proportional to non-negative logits. A query whose logits are all zero (no key
+    matches) keeps its own value instead of dividing by zero."""
+
+    description = "logits divided by their sum; a query with zero total keeps its own value"
+    linear = True
+
+    def __call__(self, logits):
+        mass = logits.sum(dim=-1, keepdim=True)
+        empty = mass == 0
+        weights = logits / torch.where(empty, torch.ones_like(mass), mass)
+        return MapOutput(weights=weights, stay=empty.to(logits.dtype) if bool(empty.any()) else None)
+
+
+@hookimpl
+def ktframe_register_maps(register: Register) -> None:
+    register("softmax", Softmax)
+    register("hardmax", Hardmax)
+    register("normalize", Normalize)

@@ -1,0 +1,57 @@
+"""Attention scores: queries ``(B, m, e)`` and keys ``(B, n, e)`` to logits ``(B, m, n)``."""
+
+from __future__ import annotations
+
+import torch
+
+from ktframe.hookspecs import Register, hookimpl
+
+
+class Score:
+    """Base class. ``linear`` scores are bilinear in (q, k) with no temperature, which lets a
+    head pair them with a linear map and compute ``q (Kᵀ V)`` instead of ``(q Kᵀ) V``."""
+
+    linear = False
+    description = ""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, gamma: float) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def squared_distances(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``‖q_i − k_j‖²`` through one matrix product; clamped at 0 against rounding."""
+    qq = q.pow(2).sum(-1, keepdim=True)
+    kk = k.pow(2).sum(-1).unsqueeze(-2)
+    return torch.baddbmm(qq + kk, q, k.transpose(-1, -2), alpha=-2.0).clamp_min_(0.0)
+
+
+class Euclidean(Score):
+    description = "-gamma * ||q - k||^2"
+
+    def __call__(self, q, k, gamma):
+        return squared_distances(q, k).mul_(-gamma)
+
+
+class Dot(Score):
+    description = "gamma * q . k"
+
+    def __call__(self, q, k, gamma):
+        return torch.bmm(q, k.transpose(-1, -2)).mul_(gamma)
+
+
+class Linear(Score):
+    description = "q . k, no temperature (normalized linear attention with the 'normalize' map)"
+    linear = True
+
+    def __call__(self, q, k, gamma):
+        return torch.bmm(q, k.transpose(-1, -2))
+
+
+@hookimpl
+def ktframe_register_scores(register: Register) -> None:
+    register("euclidean", Euclidean)
+    register("dot", Dot)
+    register("linear", Linear)

@@ -1,0 +1,248 @@
+"""The k-means transformer (SPEC §1): two token streams, four attention heads per layer.
+
+Read top to bottom: projections, one attention head, a feed-forward block, one layer, the model.
+
+    points:  X̄ ← X̄ + A_cross(X̄ → C̄) + A_self(X̄ → X̄)
+    centers: C̄ ← C̄ + A_cross(C̄ → X̄_new) + A_self(C̄ → C̄)   (then C̄ ← C̄ + FFN(C̄), if any)
+
+Every head has its own Q, K, V. A head's value projection may write only a slot of the token (the
+assignment, or the data coordinates): the hand-built constructions are sparse, and writing the
+slot alone keeps them cheap without changing what they compute.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ktframe.components.embeddings import Embedding
+from ktframe.components.maps import AttentionMap
+from ktframe.components.scores import Score
+from ktframe.reference import assign
+from ktframe.result import ClusteringResult
+from ktframe.validation import check_model_inputs
+
+# Queries are processed in blocks so that one block of logits holds about this many numbers:
+# the n × n point self-attention then needs memory that grows with n, not n².
+BLOCK_ELEMENTS = 1 << 23
+
+
+# --- projections -----------------------------------------------------------------------------
+
+
+class Select(nn.Module):
+    """A fixed sparse projection: output coordinate ``o`` is ``scale[o] * token[source[o]]``.
+
+    It is the matrix with one non-zero per row (see :attr:`matrix`), applied as a gather. The
+    hand-built constructions are made of these.
+    """
+
+    def __init__(self, width: int, source: Sequence[int], scale: Sequence[float] | float = 1.0) -> None:
+        super().__init__()
+        source = list(source)
+        scales = [float(scale)] * len(source) if isinstance(scale, (int, float)) else [float(s) for s in scale]
+        if len(scales) != len(source):
+            raise ValueError("Select needs one scale per source coordinate")
+        self.width = width
+        self.register_buffer("source", torch.tensor(source, dtype=torch.long), persistent=False)
+        self.register_buffer("scale", torch.tensor(scales), persistent=False)
+        contiguous = source == list(range(source[0], source[0] + len(source))) if source else False
+        self._slice = slice(source[0], source[0] + len(source)) if contiguous else None
+        self._unit = all(s == 1.0 for s in scales)
+
+    @property
+    def matrix(self) -> torch.Tensor:
+        """The dense ``(out, width)`` matrix this projection applies."""
+        m = torch.zeros(len(self.source), self.width, dtype=self.scale.dtype, device=self.scale.device)
+        m[torch.arange(len(self.source)), self.source] = self.scale
+        return m
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        picked = tokens[..., self._slice] if self._slice is not None else tokens.index_select(-1, self.source)
+        return picked if self._unit else picked * self.scale.to(tokens.dtype)
+
+
+class Linear(nn.Linear):
+    """A learnable projection; :attr:`matrix` for symmetry with :class:`Select`."""
+
+    @property
+    def matrix(self) -> torch.Tensor:
+        return self.weight
+
+
+# --- one attention head ----------------------------------------------------------------------
+
+
+class AttentionHead(nn.Module):
+    """``softmax_like(score(Q z, K z')) · V z'``, written into ``slot`` of the query tokens.
+
+    ``score`` and ``attention_map`` are registry components. ``gamma`` is the inverse temperature
+    (``scale`` multiplies it, e.g. 1/√d_emb for learned heads). ``identity=True`` is the documented
+    limit mode of a reset head whose queries are its keys: with the hand-built weights in the hard
+    limit its map is exactly the identity, so it is applied as such, in O(n) instead of O(n²).
+    """
+
+    def __init__(
+        self,
+        q: nn.Module,
+        k: nn.Module,
+        v: nn.Module,
+        score: Score,
+        attention_map: AttentionMap,
+        *,
+        slot: slice,
+        gamma: float = 1.0,
+        scale: float = 1.0,
+        dropout: float = 0.0,
+        identity: bool = False,
+    ) -> None:
+        super().__init__()
+        self.q, self.k, self.v = q, k, v
+        self.score, self.map = score, attention_map
+        self.slot = slot
+        self.gamma = float(gamma) * float(scale)
+        self.dropout = nn.Dropout(dropout)
+        self.identity = identity
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        if self.identity:
+            return self.v(queries)
+        q, k, v = self.q(queries), self.k(keys), self.v(keys)
+        if self.score.linear and self.map.linear:
+            return self._linear_attention(q, k, v, queries)
+        step = max(1, BLOCK_ELEMENTS // max(1, k.shape[0] * k.shape[1]))
+        return torch.cat([self._block(q[:, i : i + step], k, v, queries[:, i : i + step]) for i in range(0, q.shape[1], step)], dim=1)
+
+    def _block(self, q, k, v, queries):
+        out = self.map(self.score(q, k, self.gamma))
+        if out.index is not None:  # one winner per query: gather instead of a product with a one-hot matrix
+            values = torch.gather(v, 1, out.index.unsqueeze(-1).expand(-1, -1, v.shape[-1]))
+        else:
+            values = torch.bmm(self.dropout(out.weights), v)
+        if out.stay is not None:
+            values = values + out.stay * self.v(queries)
+        return values
+
+    def _linear_attention(self, q, k, v, queries):
+        # Normalized linear attention is associative: (q Kᵀ) V / (q Kᵀ 1) = q (Kᵀ V) / q (Kᵀ 1),
+        # which costs O(n) per query instead of building the (m, n) weight matrix.
+        numerator = torch.bmm(q, torch.bmm(k.transpose(1, 2), v))
+        mass = torch.bmm(q, k.sum(dim=1, keepdim=True).transpose(1, 2))
+        empty = mass == 0
+        values = numerator / torch.where(empty, torch.ones_like(mass), mass)
+        if bool(empty.any()):  # no key matches: the query keeps its own value (an empty cluster stays)
+            values = values + empty.to(values.dtype) * self.v(queries)
+        return values
+
+
+class FeedForward(nn.Module):
+    """``down(activation(up(z)))`` written into ``slot``."""
+
+    def __init__(self, up: nn.Module, activation: nn.Module, down: nn.Module, *, slot: slice) -> None:
+        super().__init__()
+        self.up, self.activation, self.down = up, activation, down
+        self.slot = slot
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.down(self.activation(self.up(tokens)))
+
+
+def add_into(tokens: torch.Tensor, slot: slice, *updates: torch.Tensor) -> torch.Tensor:
+    """One residual step: ``tokens + Σ updates``, the updates landing in ``slot`` alone."""
+    total = updates[0]
+    for u in updates[1:]:
+        total = total + u
+    if slot == slice(None) or (slot.start in (0, None) and slot.stop == tokens.shape[-1]):
+        return tokens + total
+    out = tokens.clone()
+    out[..., slot] = out[..., slot] + total
+    return out
+
+
+# --- one layer ------------------------------------------------------------------------------
+
+
+class Layer(nn.Module):
+    """One Lloyd iteration's worth of attention: the point stream, then the center stream reading
+    the points as this layer left them."""
+
+    def __init__(
+        self,
+        point_cross: AttentionHead,
+        point_self: AttentionHead,
+        center_cross: AttentionHead,
+        center_self: AttentionHead,
+        *,
+        point_norm: nn.Module | None = None,
+        center_norm: nn.Module | None = None,
+        center_ffn: FeedForward | None = None,
+    ) -> None:
+        super().__init__()
+        self.point_cross, self.point_self = point_cross, point_self
+        self.center_cross, self.center_self = center_cross, center_self
+        self.point_norm = point_norm or nn.Identity()
+        self.center_norm = center_norm or nn.Identity()
+        self.center_ffn = center_ffn
+
+    def forward(self, points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        p, c = self.point_norm(points), self.center_norm(centers)
+        points = self._residual(points, (self.point_cross, p, c), (self.point_self, p, p))
+        p = self.point_norm(points)
+        centers = self._residual(centers, (self.center_cross, c, p), (self.center_self, c, c))
+        if self.center_ffn is not None:
+            centers = add_into(centers, self.center_ffn.slot, self.center_ffn(centers))
+        return points, centers
+
+    @staticmethod
+    def _residual(tokens, *calls):
+        if all(head.slot == calls[0][0].slot for head, _, _ in calls):
+            return add_into(tokens, calls[0][0].slot, *(head(q, kv) for head, q, kv in calls))
+        for head, q, kv in calls:  # heads writing different slots
+            tokens = add_into(tokens, head.slot, head(q, kv))
+        return tokens
+
+
+# --- the model --------------------------------------------------------------------------------
+
+
+class KMeansTransformer(nn.Module):
+    """Embeds points and initial centers, runs the layers, reads the centers back.
+
+    ``layers`` holds one layer per step, or a single layer shared by every step. ``forward`` can
+    run more steps than layers (the layers repeat) and, with ``reembed=True``, rebuild fresh tokens
+    from the current centers after every step (how a trained one-layer model is iterated).
+    """
+
+    def __init__(self, embedding: Embedding, layers: Sequence[Layer], *, d: int, k: int, n_layers: int | None = None) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.layers = nn.ModuleList(layers)
+        self.d, self.k = d, k
+        self.n_layers = n_layers if n_layers is not None else len(self.layers)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        for tensor in self.buffers():
+            if tensor.is_floating_point():
+                return tensor.dtype
+        return next(self.parameters()).dtype
+
+    def layer(self, step: int) -> Layer:
+        return self.layers[step % len(self.layers)]
+
+    def forward(self, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False) -> ClusteringResult:
+        X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype)
+        steps = self.n_layers if n_steps is None else n_steps
+        points, centers = self.embedding.points(X, self.k), self.embedding.centers(C0)
+        trajectory = [C0]
+        for step in range(steps):
+            if reembed and step > 0:
+                points, centers = self.embedding.points(X, self.k), self.embedding.centers(trajectory[-1])
+            points, centers = self.layer(step)(points, centers)
+            trajectory.append(self.embedding.read_centers(centers, self.d))
+        assignments = self.embedding.read_assignments(points, self.d, self.k)
+        if assignments is None:  # tokens without an assignment slot: nearest final center
+            assignments = assign(X, trajectory[-1])
+        return ClusteringResult(centers=trajectory[-1], assignments=assignments, trajectory=torch.stack(trajectory, dim=1))

@@ -1,0 +1,198 @@
+"""Finding, loading and validating plugins, and building the component registry from them.
+
+Built-in components are ordinary plugin modules registered first (as pytest does with its own
+plugins); everything else comes from the ``ktframe`` entry-point group, loaded one entry point at a
+time so that one broken plugin is reported while the others still load.
+
+Environment:
+- ``KTFRAME_STRICT_PLUGINS=1``: a plugin that fails to load or register is an error, not a warning.
+- ``KTFRAME_DISABLE_PLUGINS=1`` (or a comma-separated list of entry-point names): skip those
+  entry points; the built-in components still load.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as metadata
+import os
+import warnings
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import pluggy
+
+from ktframe import hookspecs
+from ktframe.errors import PluginError
+from ktframe.registry import Entry, Provenance, Registry
+
+ENTRY_POINT_GROUP = "ktframe"
+BUILTIN_PLUGINS = (
+    "ktframe.components.scores",
+    "ktframe.components.maps",
+    "ktframe.components.norms",
+    "ktframe.components.activations",
+    "ktframe.components.embeddings",
+    "ktframe.components.initializers",
+)
+
+
+class PluginLoadWarning(UserWarning):
+    """A plugin could not be loaded or registered; the others were."""
+
+
+@dataclass(frozen=True)
+class PluginFailure:
+    plugin: str
+    distribution: str | None
+    stage: str  # "import", "register" or a hook name
+    error: str
+
+    def __str__(self) -> str:
+        where = f" from distribution {self.distribution}" if self.distribution else ""
+        return f"plugin {self.plugin!r}{where} failed at {self.stage}: {self.error}"
+
+
+@dataclass
+class PluginInfo:
+    name: str
+    provenance: Provenance
+    registers: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class PluginState:
+    """Everything one round of plugin loading produced."""
+
+    manager: pluggy.PluginManager
+    registry: Registry
+    plugins: list[PluginInfo]
+    failures: list[PluginFailure]
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _disabled_entry_points() -> set[str] | bool:
+    value = os.environ.get("KTFRAME_DISABLE_PLUGINS", "").strip()
+    if value.lower() in ("", "0", "false", "no"):
+        return set()
+    if value.lower() in ("1", "true", "yes", "all"):
+        return True
+    return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _fail(failures: list[PluginFailure], failure: PluginFailure) -> None:
+    if _flag("KTFRAME_STRICT_PLUGINS"):
+        raise PluginError(f"{failure} (KTFRAME_STRICT_PLUGINS is set)")
+    failures.append(failure)
+    warnings.warn(str(failure), PluginLoadWarning, stacklevel=3)
+
+
+def _register(pm: pluggy.PluginManager, plugin: Any, provenance: Provenance, failures: list[PluginFailure]) -> bool:
+    try:
+        pm.register(plugin, name=provenance.plugin)
+    except pluggy.PluginValidationError as exc:
+        # A hookimpl whose signature does not match its spec: always an error, like pytest.
+        raise PluginError(f"{provenance} has an invalid hook: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any failure of a foreign plugin is reported, not fatal
+        _fail(failures, PluginFailure(provenance.plugin, provenance.distribution, "register", _error_text(exc)))
+        return False
+    return True
+
+
+def _load_entry_points(pm: pluggy.PluginManager, provenances: dict[str, Provenance], failures: list[PluginFailure]) -> None:
+    disabled = _disabled_entry_points()
+    if disabled is True:
+        return
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        if ep.name in disabled:
+            continue
+        dist = ep.dist
+        provenance = Provenance(ep.name, dist.name if dist else None, dist.version if dist else None)
+        if pm.get_plugin(ep.name) is not None:
+            other = provenances.get(ep.name)
+            raise PluginError(f"two plugins are named {ep.name!r}: {other} and {provenance}; uninstall one of them")
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # noqa: BLE001
+            _fail(failures, PluginFailure(ep.name, provenance.distribution, "import", _error_text(exc)))
+            continue
+        if _register(pm, plugin, provenance, failures):
+            provenances[ep.name] = provenance
+
+
+def _check_hook_names(pm: pluggy.PluginManager) -> None:
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        known = ", ".join(sorted(hookspecs.KINDS))
+        raise PluginError(f"{exc} (known hooks: {known})") from None
+
+
+def _fill_registry(pm: pluggy.PluginManager, provenances: dict[str, Provenance], failures: list[PluginFailure]) -> tuple[Registry, list[PluginInfo]]:
+    """Call every registration hook of every plugin, one plugin at a time.
+
+    Each plugin's registrations are staged and committed only when its hook returns, so a plugin
+    that raises halfway leaves nothing of itself in the registry.
+    """
+    registry = Registry()
+    infos = {name: PluginInfo(name, provenances[name]) for name in provenances}
+    for hook_name, kind in hookspecs.KINDS.items():
+        for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+            provenance = provenances[impl.plugin_name]
+            staged: list[Entry] = []
+
+            def register(name: str, obj: Any, _staged: list[Entry] = staged, _p: Provenance = provenance, _kind: str = kind) -> None:
+                if not isinstance(name, str) or not name:
+                    raise PluginError(f"{_p} registered a {_kind} with an invalid name {name!r}; expected a non-empty string")
+                _staged.append(Entry(_kind, name, obj, _p))
+
+            try:
+                impl.function(register=register)
+            except PluginError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                _fail(failures, PluginFailure(impl.plugin_name, provenance.distribution, hook_name, _error_text(exc)))
+                continue
+            for entry in staged:
+                registry.add(entry)
+                infos[impl.plugin_name].registers.setdefault(kind, []).append(entry.name)
+    return registry, list(infos.values())
+
+
+def load() -> PluginState:
+    """Load built-in and installed plugins afresh and build their registry."""
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    version = metadata.version("ktframe")
+    provenances: dict[str, Provenance] = {}
+    failures: list[PluginFailure] = []
+    for module_name in BUILTIN_PLUGINS:
+        provenance = Provenance(module_name, "ktframe", version)
+        pm.register(importlib.import_module(module_name), name=module_name)
+        provenances[module_name] = provenance
+    _load_entry_points(pm, provenances, failures)
+    _check_hook_names(pm)
+    registry, infos = _fill_registry(pm, provenances, failures)
+    return PluginState(pm, registry, infos, failures)
+
+
+@lru_cache(maxsize=1)
+def state() -> PluginState:
+    """The plugin state of this process, loaded once."""
+    return load()
+
+
+def registry() -> Registry:
+    return state().registry
+
+
+def reset() -> None:
+    """Forget the loaded plugins (tests and long-running hosts that install plugins at run time)."""
+    state.cache_clear()

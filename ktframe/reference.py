@@ -1,0 +1,100 @@
+"""Classical clustering algorithms, written directly with tensor arithmetic (no attention), to
+check the transformers against.
+
+Conventions shared with the exact transformers (and documented in docs/exactness.md):
+- a point equally near several centers is shared equally among them; its hard label is the lowest
+  such index (as in scikit-learn);
+- a center that no point chooses keeps its position (scikit-learn moves it to a far point instead);
+- duplicate points are ordinary points: they always receive the same assignment.
+All functions take batches of tasks: ``X (B, n, d)``, centers ``(B, k, d)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ktframe.result import ClusteringResult
+
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def sqdist(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """``‖x_i − c_j‖²`` as ``(B, n, k)``, from the differences themselves (in chunks of points)."""
+    B, n, d = X.shape
+    k = C.shape[1]
+    step = max(1, _CHUNK_ELEMENTS // max(1, k * d * B))
+    parts = [(X[:, i : i + step, None, :] - C[:, None, :, :]).square().sum(-1) for i in range(0, n, step)]
+    return torch.cat(parts, dim=1)
+
+
+def assign(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """Lloyd's assignment step: ``(B, n, k)`` one-hot rows, split equally on exact ties."""
+    D = sqdist(X, C)
+    nearest = D == D.amin(dim=-1, keepdim=True)
+    return nearest.to(X.dtype) / nearest.sum(dim=-1, keepdim=True).to(X.dtype)
+
+
+def update(X: torch.Tensor, A: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """Lloyd's update step: each center moves to the mean of its points; an empty one stays."""
+    counts = A.sum(dim=1).unsqueeze(-1)  # (B, k, 1)
+    sums = torch.bmm(A.transpose(1, 2), X)
+    return torch.where(counts > 0, sums / counts.clamp_min(torch.finfo(X.dtype).tiny), C)
+
+
+def lloyd(X: torch.Tensor, C0: torch.Tensor, n_iter: int) -> ClusteringResult:
+    """``n_iter`` iterations of Lloyd's algorithm from ``C0``."""
+    C = C0
+    trajectory = [C0]
+    A = torch.zeros(X.shape[0], X.shape[1], C0.shape[1], dtype=X.dtype, device=X.device)
+    for _ in range(n_iter):
+        A = assign(X, C)
+        C = update(X, A, C)
+        trajectory.append(C)
+    return ClusteringResult(centers=C, assignments=A, trajectory=torch.stack(trajectory, dim=1))
+
+
+def objective(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """The k-means objective ``Σ_i min_j ‖x_i − c_j‖²`` of every task, ``(B,)``."""
+    return sqdist(X, C).amin(dim=-1).sum(dim=-1)
+
+
+def random_points(X: torch.Tensor, k: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``k`` distinct data points of each task, uniformly at random."""
+    B, n, _ = X.shape
+    order = torch.rand(B, n, generator=generator, device=X.device).argsort(dim=1)[:, :k]
+    return torch.gather(X, 1, order.unsqueeze(-1).expand(-1, -1, X.shape[-1]))
+
+
+def kmeans_plusplus(
+    X: torch.Tensor,
+    k: int,
+    generator: torch.Generator | None = None,
+    *,
+    greedy: bool = False,
+    n_local_trials: int | None = None,
+) -> torch.Tensor:
+    """k-means++ seeding (Arthur & Vassilvitskii 2007).
+
+    Plain: each next center is a point drawn with probability ∝ its squared distance to the
+    centers so far. Greedy (scikit-learn's default): draw ``2 + ⌊ln k⌋`` candidates that way and
+    keep the one that lowers the objective most. When every point already sits on a center, the
+    draw is uniform.
+    """
+    B, n, d = X.shape
+    trials = (2 + int(math.log(k))) if greedy and n_local_trials is None else (n_local_trials or 1)
+    batch = torch.arange(B, device=X.device)
+    first = torch.randint(n, (B,), generator=generator, device=X.device)
+    centers = [X[batch, first]]
+    closest = sqdist(X, centers[0].unsqueeze(1)).squeeze(-1)  # (B, n)
+    for _ in range(1, k):
+        total = closest.sum(dim=1, keepdim=True)
+        probs = torch.where(total > 0, closest / total.clamp_min(torch.finfo(X.dtype).tiny), torch.ones_like(closest))
+        candidates = torch.multinomial(probs, trials, replacement=True, generator=generator)  # (B, trials)
+        cand_points = torch.gather(X, 1, candidates.unsqueeze(-1).expand(-1, -1, d))
+        cand_closest = torch.minimum(closest.unsqueeze(1), sqdist(cand_points, X))  # (B, trials, n)
+        best = cand_closest.sum(dim=-1).argmin(dim=1)
+        centers.append(cand_points[batch, best])
+        closest = cand_closest[batch, best]
+    return torch.stack(centers, dim=1)

@@ -1,0 +1,95 @@
+"""Checks on what users hand to ktframe, each failing with one line: what is wrong, what is expected."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ktframe.errors import InputError
+
+
+def as_tensor(data: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A floating tensor from a tensor, a numpy array or nested lists of numbers."""
+    if isinstance(data, torch.Tensor):
+        tensor = data
+    else:
+        try:
+            array = np.asarray(data)
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"{name} must be an array of numbers; could not read it as one ({exc})") from None
+        if array.dtype == object or not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+            raise InputError(f"{name} must contain only numbers; got values of type {array.dtype}")
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if tensor.is_complex():
+        raise InputError(f"{name} must be real numbers; got a complex {tensor.dtype}")
+    if not tensor.is_floating_point():
+        tensor = tensor.to(torch.get_default_dtype())
+    return tensor if dtype is None else tensor.to(dtype)
+
+
+def check_finite(tensor: torch.Tensor, name: str) -> None:
+    bad = ~torch.isfinite(tensor)
+    if bool(bad.any()):
+        where = tuple(int(i) for i in bad.nonzero()[0])
+        value = tensor[where].item()
+        raise InputError(f"{name} must be finite; found {value} at index {where} (remove or impute NaN/inf values first)")
+
+
+def check_rank(tensor: torch.Tensor, name: str, ranks: tuple[int, ...], shape_text: str) -> None:
+    if tensor.dim() not in ranks:
+        raise InputError(f"{name} must have shape {shape_text}; got {tuple(tensor.shape)} ({tensor.dim()} dimensions)")
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InputError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+def check_gamma(gamma: Any) -> float:
+    try:
+        gamma = float(gamma)
+    except (TypeError, ValueError):
+        raise InputError(f"gamma must be a positive number or inf; got {gamma!r}") from None
+    if math.isnan(gamma) or gamma <= 0:
+        raise InputError(f"gamma must be a positive number or inf; got {gamma!r}")
+    return gamma
+
+
+def check_n_clusters(k: Any, n: int) -> int:
+    k = check_positive_int(k, "the number of clusters k")
+    if k > n:
+        raise InputError(f"the number of clusters k={k} exceeds the number of points n={n}; expected k <= n")
+    return k
+
+
+def check_points(X: Any, name: str = "X", dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Points as ``(B, n, d)``; a 2-D ``(n, d)`` array is one task."""
+    tensor = as_tensor(X, name, dtype)
+    check_rank(tensor, name, (2, 3), "(n, d) or (B, n, d)")
+    if tensor.dim() == 2:
+        tensor = tensor.unsqueeze(0)
+    if tensor.shape[1] == 0 or tensor.shape[2] == 0 or tensor.shape[0] == 0:
+        raise InputError(f"{name} must hold at least one point with at least one coordinate; got shape {tuple(tensor.shape)}")
+    check_finite(tensor, name)
+    return tensor
+
+
+def check_model_inputs(X: Any, C0: Any, *, d: int, k: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """``X (B, n, d)`` and ``C0 (B, k, d)`` for a model built for ``(d, k)``, cast to its dtype."""
+    X = as_tensor(X, "X", dtype)
+    C0 = as_tensor(C0, "C0", dtype)
+    check_rank(X, "X", (3,), f"(B, n, {d})")
+    check_rank(C0, "C0", (3,), f"(B, {k}, {d})")
+    if X.shape[-1] != d:
+        raise InputError(f"X has {X.shape[-1]} coordinates per point but the model was built for d={d}; expected X of shape (B, n, {d})")
+    if tuple(C0.shape[1:]) != (k, d) or C0.shape[0] != X.shape[0]:
+        raise InputError(f"C0 must have shape ({X.shape[0]}, {k}, {d}) to match X {tuple(X.shape)} and the model's k={k}; got {tuple(C0.shape)}")
+    if X.shape[1] < k:
+        raise InputError(f"the number of clusters k={k} exceeds the number of points n={X.shape[1]}; expected k <= n")
+    check_finite(X, "X")
+    check_finite(C0, "C0")
+    return X, C0

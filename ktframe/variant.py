@@ -1,0 +1,103 @@
+"""What a clustering variant plugin declares, and how a model is built from one."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+
+from ktframe.errors import InputError
+from ktframe.registry import closest
+from ktframe.result import ClusteringResult
+from ktframe.validation import check_gamma, check_positive_int
+
+if TYPE_CHECKING:
+    from ktframe.model import KMeansTransformer
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A clustering algorithm as a transformer.
+
+    - ``build(*, d, k, n_layers, gamma, **options)`` returns the hand-built model (``gamma=inf``
+      is the hard limit, where the softmax maps become arg-max maps);
+    - ``reference(X, C0, n_iter, *, gamma)`` runs the classical algorithm it must equal, written
+      without attention (None when the variant has none);
+    - ``tolerance(dtype, gamma)`` is the largest center error ``ktframe verify`` accepts.
+    """
+
+    name: str
+    summary: str
+    classical: str
+    build: Callable[..., "KMeansTransformer"]
+    reference: Callable[..., ClusteringResult] | None
+    tolerance: Callable[[torch.dtype, float], float]
+
+    def options(self) -> list[str]:
+        """The keyword options of ``build`` beyond d, k, n_layers and gamma."""
+        params = inspect.signature(self.build).parameters
+        return [p for p in params if p not in ("d", "k", "n_layers", "gamma")]
+
+
+def exact_tolerance(dtype: torch.dtype, gamma: float) -> float:
+    """For constructions exact in the hard limit: float rounding there, the softmax gap otherwise
+    (at the verification setting, gamma = 1e4 on data scaled to [0, 1])."""
+    if math.isinf(gamma):
+        return 1e-9 if dtype == torch.float64 else 1e-4
+    return 1e-3
+
+
+def resolve_dtype(dtype: Any) -> torch.dtype:
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if dtype in DTYPES:
+        return DTYPES[dtype]
+    raise InputError(f"unsupported dtype {dtype!r}; expected one of: {', '.join(DTYPES)}")
+
+
+def check_options(variant: Variant, options: dict[str, Any]) -> None:
+    valid = variant.options()
+    for key in options:
+        if key not in valid:
+            hint = closest(key, valid)
+            suggestion = f" (did you mean {hint!r}?)" if hint else ""
+            raise InputError(f"unknown option {key!r} for variant {variant.name!r}; expected one of: {', '.join(valid) or '(none)'}{suggestion}")
+
+
+def get_variant(name: str) -> Variant:
+    from ktframe.pluginmanager import registry
+
+    return registry().get("variant", name)
+
+
+def build_model(
+    variant: str,
+    *,
+    d: int,
+    k: int,
+    n_layers: int,
+    gamma: float = math.inf,
+    dtype: torch.dtype | str = torch.float32,
+    **options: Any,
+) -> "KMeansTransformer":
+    """The hand-built model of ``variant`` for ``d`` coordinates and ``k`` clusters.
+
+    ``gamma=inf`` (the default) is the hard limit: exact to float precision. ``options`` are the
+    variant's own (``ktframe plugins`` lists them).
+    """
+    spec = get_variant(variant)
+    d = check_positive_int(d, "d")
+    k = check_positive_int(k, "k")
+    n_layers = check_positive_int(n_layers, "n_layers")
+    gamma = check_gamma(gamma)
+    check_options(spec, options)
+    model = spec.build(d=d, k=k, n_layers=n_layers, gamma=gamma, **options)
+    model.variant = spec.name
+    return model.to(resolve_dtype(dtype))
+
+
