@@ -1,4 +1,4 @@
-"""The k-means transformer (SPEC §1): two token streams, four attention heads per layer.
+"""The k-means transformer (Clarkson et al. 2026, Theorem 2.1): two token streams, four attention heads per layer.
 
 Read top to bottom: projections, one attention head, a feed-forward block, one layer, the model.
 

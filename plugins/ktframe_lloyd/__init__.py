@@ -1,4 +1,4 @@
-"""``lloyd``: the k-means transformer of SPEC §1, one Lloyd iteration per layer.
+"""``lloyd``: the k-means transformer of Clarkson et al. (2026, Theorem 2.1), one Lloyd iteration per layer.
 
 Tokens are ``[x; y]`` (points, ``y`` the assignment) and ``[c; e_j]`` (centers, ``e_j`` the index):
 
@@ -71,7 +71,7 @@ def ktframe_register_variants(register):
         "lloyd",
         Variant(
             name="lloyd",
-            summary="Euclidean attention: one exact Lloyd iteration per layer (SPEC §1)",
+            summary="Euclidean attention: one exact Lloyd iteration per layer (Theorem 2.1)",
             classical="Lloyd's algorithm",
             build=build,
             reference=lloyd_reference,

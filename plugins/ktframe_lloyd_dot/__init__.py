@@ -1,9 +1,9 @@
-"""``lloyd-dot``: exact Lloyd with ordinary dot-product attention (SPEC §2).
+"""``lloyd-dot``: exact Lloyd with ordinary dot-product attention (the paper's Theorem 2.2, as reconstructed in docs/exactness.md).
 
 Tokens carry squared norms: ``[x; ‖x‖²; 1; y]`` and ``[c; ‖c‖²; 1; e_j]``. The point→center score
 ``2 x·c − ‖c‖² = ‖x‖² − ‖x − c‖²`` has Lloyd's arg-max; the point→point score with the same form
-picks the point itself (the reset); the center→point score ``e_j · y_i`` selects the points of
-cluster ``j``; the center→center score selects the center itself and erases ``c`` and ``‖c‖²``.
+picks the point itself (the reset); the center→point score ``e_j · y_i``, normalized over the points,
+averages the points of cluster ``j``; the center→center score selects the center itself and erases ``c`` and ``‖c‖²``.
 A feed-forward block ``Σ ReQU([I; −I] c) = ‖c‖²`` then writes the new squared norm.
 """
 
@@ -58,8 +58,7 @@ def build(*, d: int, k: int, n_layers: int, gamma: float, share_weights: bool = 
     hard = math.isinf(gamma)
     dot = reg.get("score", "dot")()
     choose = reg.get("map", "hardmax")() if hard else reg.get("map", "softmax")()
-    # e_j · y_i is 1 for the points of cluster j and 0 for the others: no point of j, no winner.
-    select_cluster = reg.get("map", "hardmax")(threshold=0.5) if hard else choose
+    linear, normalize = reg.get("score", "linear")(), reg.get("map", "normalize")()
     g = 1.0 if hard else gamma
     width, xs, norm, one, ys = d + 2 + k, coords(0, d), d, d + 1, coords(d + 2, d + 2 + k)
     query = xs + [one]  # [x; 1]
@@ -70,7 +69,9 @@ def build(*, d: int, k: int, n_layers: int, gamma: float, share_weights: bool = 
         return Layer(
             point_cross=fixed_head(width, q=query, k=key, k_scale=key_scale, v=ys, score=dot, attention_map=choose, gamma=g),
             point_self=fixed_head(width, q=query, k=key, k_scale=key_scale, v=ys, v_scale=-1.0, score=dot, attention_map=choose, gamma=g),
-            center_cross=fixed_head(width, q=ys, k=ys, v=xs, score=dot, attention_map=select_cluster, gamma=g),
+            # Normalized linear attention: weights e_j·y_i / Σ_i' e_j·y_i' average the points of j. A
+            # softmax over γ e_j·y_i would also select them, but lets any y slightly above 1 dominate.
+            center_cross=fixed_head(width, q=ys, k=ys, v=xs, score=linear, attention_map=normalize),
             center_self=fixed_head(width, q=ys, k=ys, v=xs + [norm], v_scale=-1.0, score=dot, attention_map=choose, gamma=g),
             center_ffn=squared_norm_ffn(width, d),
         )
@@ -94,7 +95,7 @@ def ktframe_register_variants(register):
         "lloyd-dot",
         Variant(
             name="lloyd-dot",
-            summary="dot-product attention on squared-norm tokens with a ReQU feed-forward (SPEC §2)",
+            summary="dot-product attention on squared-norm tokens with a ReQU feed-forward (Theorem 2.2)",
             classical="Lloyd's algorithm",
             build=build,
             reference=lloyd_reference,

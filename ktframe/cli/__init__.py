@@ -1,0 +1,1 @@
+"""The ``ktframe`` command line: thin wrappers over the library, one module per command."""

@@ -1,0 +1,44 @@
+"""``ktframe``: parse the command line, run one command, turn user errors into one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from ktframe.cli import cluster, plugins, verify
+from ktframe.errors import KtframeError
+
+COMMANDS = (verify, cluster, plugins)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit code 2), like every other ktframe error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="ktframe", description="Clustering algorithms written as transformer circuits.")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    commands.required = True
+    for command in COMMANDS:
+        command.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except KtframeError as exc:
+        if args.debug:
+            raise
+        print(f"ktframe {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

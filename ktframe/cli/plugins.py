@@ -1,0 +1,54 @@
+"""``ktframe plugins``: every loaded plugin, its distribution and what it registers."""
+
+from __future__ import annotations
+
+import json
+
+from ktframe import pluginmanager
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser("plugins", help="list installed plugins and what they register")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def describe() -> dict:
+    state = pluginmanager.state()
+    registry = state.registry
+    return {
+        "plugins": [
+            {"name": info.name, "distribution": info.provenance.distribution, "version": info.provenance.version, "registers": info.registers}
+            for info in state.plugins
+        ],
+        "variants": [
+            {
+                "name": name,
+                "plugin": registry.entry("variant", name).provenance.plugin,
+                "distribution": registry.entry("variant", name).provenance.distribution,
+                "classical": registry.get("variant", name).classical,
+                "summary": registry.get("variant", name).summary,
+                "options": registry.get("variant", name).options(),
+            }
+            for name in registry.names("variant")
+        ],
+        "failures": [{"plugin": f.plugin, "distribution": f.distribution, "stage": f.stage, "error": f.error} for f in state.failures],
+    }
+
+
+def run(args) -> int:
+    info = describe()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    for plugin in info["plugins"]:
+        print(f"{plugin['name']}  ({plugin['distribution']} {plugin['version']})")
+        for kind, names in plugin["registers"].items():
+            print(f"    {kind}: {', '.join(names)}")
+    if info["variants"]:
+        print("\nvariants:")
+        for v in info["variants"]:
+            print(f"    {v['name']:<12} {v['classical']:<22} {v['summary']}  [options: {', '.join(v['options']) or '-'}]")
+    for failure in info["failures"]:
+        print(f"\nFAILED: plugin {failure['plugin']!r} ({failure['distribution']}) at {failure['stage']}: {failure['error']}")
+    return 0

@@ -1,0 +1,29 @@
+"""``ktframe verify``: a variant's hand-built model against its classical reference."""
+
+from __future__ import annotations
+
+import json
+
+from ktframe.cli.options import parse_gamma
+from ktframe.verify import Setting, format_report, verify
+
+
+def add_parser(commands) -> None:
+    default = Setting()
+    p = commands.add_parser("verify", help="check a variant's transformer against its classical algorithm, layer by layer")
+    p.add_argument("--variant", default="lloyd", help="registered variant (default: lloyd)")
+    p.add_argument("--n", type=int, default=default.n, help=f"points (default: {default.n})")
+    p.add_argument("--d", type=int, default=default.d, help=f"dimensions (default: {default.d})")
+    p.add_argument("--k", type=int, default=default.k, help=f"clusters (default: {default.k})")
+    p.add_argument("--layers", type=int, default=default.layers, help=f"layers = Lloyd iterations (default: {default.layers})")
+    p.add_argument("--gamma", type=parse_gamma, default=default.gamma, help=f"inverse temperature, or 'inf' for the hard limit (default: {default.gamma:g})")
+    p.add_argument("--seed", type=int, default=default.seed, help=f"data and initial centers (default: {default.seed})")
+    p.add_argument("--dtype", choices=("float32", "float64"), default=default.dtype)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    report = verify(args.variant, Setting(n=args.n, d=args.d, k=args.k, layers=args.layers, gamma=args.gamma, seed=args.seed, dtype=args.dtype))
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0 if report["passed"] else 1

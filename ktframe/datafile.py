@@ -1,0 +1,98 @@
+"""Reading a user's points from CSV or ``.npy`` and writing labels, refusing bad files clearly."""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from ktframe.errors import InputError
+
+SUFFIXES = (".csv", ".npy")
+
+
+def load_points(path: str | os.PathLike) -> np.ndarray:
+    """Points ``(n, d)`` from a CSV file (one row a point, an optional header row) or a ``.npy``."""
+    path = Path(path)
+    if path.suffix.lower() not in SUFFIXES:
+        raise InputError(f"{path}: unsupported file type {path.suffix or '(none)'!r}; expected a .csv or .npy file")
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    points = _load_npy(path) if path.suffix.lower() == ".npy" else _load_csv(path)
+    if points.size == 0:
+        raise InputError(f"{path}: the file holds no points; expected one row per point")
+    bad = np.argwhere(~np.isfinite(points))
+    if len(bad):
+        row, col = bad[0]
+        raise InputError(f"{path}: row {row + 1}, column {col + 1} is {points[row, col]}; expected finite numbers (remove or impute missing values)")
+    return points
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except ValueError as exc:
+        raise InputError(f"{path}: not a numeric .npy array ({exc})") from None
+    except OSError as exc:
+        raise InputError(f"{path}: not a readable .npy file ({exc})") from None
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(array.dtype, np.complexfloating):
+        raise InputError(f"{path}: holds values of type {array.dtype}; expected real numbers")
+    if array.ndim != 2:
+        raise InputError(f"{path}: array has shape {array.shape}; expected 2 dimensions (points, features)")
+    return array.astype(np.float64)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _load_csv(path: Path) -> np.ndarray:
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = [row for row in csv.reader(handle) if any(cell.strip() for cell in row)]
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text CSV file; expected UTF-8 text with one point per row") from None
+    if rows and all(_number(cell) is None for cell in rows[0]):
+        rows = rows[1:]  # a header row
+    if not rows:
+        return np.empty((0, 0))
+    width = len(rows[0])
+    values = np.empty((len(rows), width))
+    for i, row in enumerate(rows):
+        if len(row) != width:
+            raise InputError(f"{path}: row {i + 1} has {len(row)} values but the first row has {width}; expected the same number of columns in every row")
+        for j, cell in enumerate(row):
+            number = _number(cell)
+            if number is None:
+                raise InputError(f"{path}: row {i + 1}, column {j + 1} is {cell.strip()!r}, not a number; expected numeric columns only")
+            values[i, j] = number
+    return values
+
+
+def write_atomically(path: str | os.PathLike, lines: Iterable[str]) -> None:
+    """Write ``lines`` to ``path`` through a temporary file in the same folder, so that a failure
+    leaves either the old file or none, never a partial one."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{path}: the folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for line in lines:
+                handle.write(line + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def label_lines(labels: Iterable[int]) -> list[str]:
+    return ["label"] + [str(int(label)) for label in labels]
