@@ -117,8 +117,10 @@ class AttentionHead(nn.Module):
 
     def _block(self, q, k, v, queries):
         out = self.map(self.score(q, k, self.gamma))
-        if out.index is not None:  # one winner per query: gather instead of a product with a one-hot matrix
-            values = torch.gather(v, 1, out.index.unsqueeze(-1).expand(-1, -1, v.shape[-1]))
+        if out.index is not None:  # one winner per query: pick its value row instead of a one-hot product
+            B, n, e = v.shape
+            rows = out.index + torch.arange(B, device=v.device).unsqueeze(-1) * n
+            values = v.reshape(B * n, e).index_select(0, rows.flatten()).view(B, -1, e)
         else:
             values = torch.bmm(self.dropout(out.weights), v)
         if out.stay is not None:
@@ -149,16 +151,18 @@ class FeedForward(nn.Module):
         return self.down(self.activation(self.up(tokens)))
 
 
-def add_into(tokens: torch.Tensor, slot: slice, *updates: torch.Tensor) -> torch.Tensor:
-    """One residual step: ``tokens + Σ updates``, the updates landing in ``slot`` alone."""
-    total = updates[0]
-    for u in updates[1:]:
-        total = total + u
-    if slot == slice(None) or (slot.start in (0, None) and slot.stop == tokens.shape[-1]):
-        return tokens + total
-    out = tokens.clone()
-    out[..., slot] = out[..., slot] + total
-    return out
+def add_into(tokens: torch.Tensor, slot: slice, update: torch.Tensor) -> torch.Tensor:
+    """One residual step, ``update`` landing in ``slot`` alone. Without autograd the tokens are
+    updated in place: the streams are the model's own working tensors, and copying a
+    (B, n, d + k) stream at every step would cost more than the attention itself."""
+    if torch.is_grad_enabled() and (tokens.requires_grad or update.requires_grad):
+        if slot.start in (0, None) and slot.stop in (None, tokens.shape[-1]):
+            return tokens + update
+        out = tokens.clone()
+        out[..., slot] = out[..., slot] + update
+        return out
+    tokens[..., slot] += update
+    return tokens
 
 
 # --- one layer ------------------------------------------------------------------------------
@@ -188,19 +192,24 @@ class Layer(nn.Module):
 
     def forward(self, points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         p, c = self.point_norm(points), self.center_norm(centers)
-        points = self._residual(points, (self.point_cross, p, c), (self.point_self, p, p))
+        points = self._residual(points, [(self.point_cross, p, c), (self.point_self, p, p)])
         p = self.point_norm(points)
-        centers = self._residual(centers, (self.center_cross, c, p), (self.center_self, c, c))
+        centers = self._residual(centers, [(self.center_cross, c, p), (self.center_self, c, c)])
         if self.center_ffn is not None:
             centers = add_into(centers, self.center_ffn.slot, self.center_ffn(centers))
         return points, centers
 
     @staticmethod
-    def _residual(tokens, *calls):
-        if all(head.slot == calls[0][0].slot for head, _, _ in calls):
-            return add_into(tokens, calls[0][0].slot, *(head(q, kv) for head, q, kv in calls))
-        for head, q, kv in calls:  # heads writing different slots
-            tokens = add_into(tokens, head.slot, head(q, kv))
+    def _residual(tokens: torch.Tensor, calls) -> torch.Tensor:
+        # Every head reads the stream as it was before this step: compute all, then add.
+        updates = [(head.slot, head(queries, keys)) for head, queries, keys in calls]
+        if all(slot == updates[0][0] for slot, _ in updates):
+            total = updates[0][1]
+            for _, update in updates[1:]:
+                total = total + update
+            updates = [(updates[0][0], total)]
+        for slot, update in updates:
+            tokens = add_into(tokens, slot, update)
         return tokens
 
 
@@ -236,12 +245,12 @@ class KMeansTransformer(nn.Module):
         X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype)
         steps = self.n_layers if n_steps is None else n_steps
         points, centers = self.embedding.points(X, self.k), self.embedding.centers(C0)
-        trajectory = [C0]
+        trajectory = [C0]  # copies: without autograd the streams are updated in place
         for step in range(steps):
             if reembed and step > 0:
                 points, centers = self.embedding.points(X, self.k), self.embedding.centers(trajectory[-1])
             points, centers = self.layer(step)(points, centers)
-            trajectory.append(self.embedding.read_centers(centers, self.d))
+            trajectory.append(self.embedding.read_centers(centers, self.d).clone())
         assignments = self.embedding.read_assignments(points, self.d, self.k)
         if assignments is None:  # tokens without an assignment slot: nearest final center
             assignments = assign(X, trajectory[-1])

@@ -75,11 +75,12 @@ class NoIndex(Embedding):
     def width(self, d, k):
         return d
 
+    # Copies, since the model may update its token streams in place.
     def points(self, X, k):
-        return X
+        return X.clone()
 
     def centers(self, C):
-        return C
+        return C.clone()
 
 
 @hookimpl

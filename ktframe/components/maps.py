@@ -54,7 +54,7 @@ class Hardmax(AttentionMap):
         self.threshold = threshold
 
     def __call__(self, logits):
-        best = logits.amax(dim=-1, keepdim=True)
+        best, index = logits.max(dim=-1, keepdim=True)
         winners = logits == best
         stay = None
         if self.threshold is not None:
@@ -64,7 +64,7 @@ class Hardmax(AttentionMap):
                 stay = (~supported).to(logits.dtype)
         count = winners.sum(dim=-1, keepdim=True)
         if stay is None and bool((count == 1).all()):
-            return MapOutput(index=logits.argmax(dim=-1))
+            return MapOutput(index=index.squeeze(-1))
         weights = winners.to(logits.dtype) / count.clamp_min(1).to(logits.dtype)
         return MapOutput(weights=weights, stay=stay)
 

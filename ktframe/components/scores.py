@@ -23,9 +23,9 @@ class Score:
 
 def squared_distances(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """``‖q_i − k_j‖²`` through one matrix product; clamped at 0 against rounding."""
-    qq = q.pow(2).sum(-1, keepdim=True)
-    kk = k.pow(2).sum(-1).unsqueeze(-2)
-    return torch.baddbmm(qq + kk, q, k.transpose(-1, -2), alpha=-2.0).clamp_min_(0.0)
+    kk = k.pow(2).sum(-1).unsqueeze(-2).expand(q.shape[0], q.shape[1], k.shape[1])
+    out = torch.baddbmm(kk, q, k.transpose(-1, -2), alpha=-2.0)
+    return out.add_(q.pow(2).sum(-1, keepdim=True)).clamp_min_(0.0)
 
 
 class Euclidean(Score):
