@@ -26,7 +26,7 @@ from ktframe.validation import check_model_inputs
 
 # Queries are processed in blocks so that one block of logits holds about this many numbers:
 # the n × n point self-attention then needs memory that grows with n, not n².
-BLOCK_ELEMENTS = 1 << 23
+BLOCK_ELEMENTS = 1 << 24
 
 
 # --- projections -----------------------------------------------------------------------------
@@ -113,10 +113,13 @@ class AttentionHead(nn.Module):
         if self.score.linear and self.map.linear:
             return self._linear_attention(q, k, v, queries)
         step = max(1, BLOCK_ELEMENTS // max(1, k.shape[0] * k.shape[1]))
+        if step >= q.shape[1]:
+            return self._block(q, k, v, queries)
         return torch.cat([self._block(q[:, i : i + step], k, v, queries[:, i : i + step]) for i in range(0, q.shape[1], step)], dim=1)
 
     def _block(self, q, k, v, queries):
-        out = self.map(self.score(q, k, self.gamma))
+        score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
+        out = self.map(score(q, k, self.gamma))
         if out.index is not None:  # one winner per query: pick its value row instead of a one-hot product
             B, n, e = v.shape
             rows = out.index + torch.arange(B, device=v.device).unsqueeze(-1) * n

@@ -148,6 +148,23 @@ CLASH = Distribution(
     ''',
 )
 
+# A distribution that registers a score under a built-in's name.
+SHADOW = Distribution(
+    name="ktframe-shadow",
+    version="0.5.0",
+    module="ktframe_test_shadow",
+    entry_points={"shadow": "ktframe_test_shadow"},
+    source='''
+        from ktframe import hookimpl
+        from ktframe.components.scores import Dot
+
+
+        @hookimpl
+        def ktframe_register_scores(register):
+            register("euclidean", Dot)
+    ''',
+)
+
 # Another distribution whose entry point is also called "good".
 SAME_NAME = Distribution(
     name="ktframe-good-fork",
@@ -198,7 +215,7 @@ BAD_SIGNATURE = Distribution(
     ''',
 )
 
-ALL = (GOOD, BROKEN_IMPORT, BROKEN_HOOK, CLASH, SAME_NAME, TYPO, BAD_SIGNATURE)
+ALL = (GOOD, BROKEN_IMPORT, BROKEN_HOOK, CLASH, SHADOW, SAME_NAME, TYPO, BAD_SIGNATURE)
 
 
 def write(dist: Distribution, root: Path) -> Path:

@@ -25,6 +25,7 @@ class MapOutput:
 
 class AttentionMap:
     linear = False  # weights are a fixed linear function of the logits (row normalisation)
+    shift_invariant = False  # adding a constant to all logits of a query changes nothing
     description = ""
 
     def __call__(self, logits: torch.Tensor) -> MapOutput:
@@ -36,6 +37,7 @@ class AttentionMap:
 
 class Softmax(AttentionMap):
     description = "softmax over the keys (the temperature lives in the score)"
+    shift_invariant = True
 
     def __call__(self, logits):
         return MapOutput(weights=torch.softmax(logits, dim=-1))
@@ -52,6 +54,7 @@ class Hardmax(AttentionMap):
 
     def __init__(self, threshold: float | None = None) -> None:
         self.threshold = threshold
+        self.shift_invariant = threshold is None
 
     def __call__(self, logits):
         best, index = logits.max(dim=-1, keepdim=True)

@@ -17,6 +17,11 @@ class Score:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, gamma: float) -> torch.Tensor:
         raise NotImplementedError
 
+    def up_to_query_constant(self, q: torch.Tensor, k: torch.Tensor, gamma: float) -> torch.Tensor:
+        """The logits plus any amount constant over the keys of each query: all a shift-invariant
+        map (softmax, arg-max) needs, and sometimes cheaper."""
+        return self(q, k, gamma)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -33,6 +38,11 @@ class Euclidean(Score):
 
     def __call__(self, q, k, gamma):
         return squared_distances(q, k).mul_(-gamma)
+
+    def up_to_query_constant(self, q, k, gamma):
+        # −γ‖q − k‖² + γ‖q‖² = 2γ q·k − γ‖k‖²: one fused matrix product, no pass for ‖q‖².
+        kk = k.pow(2).sum(-1).unsqueeze(-2).expand(q.shape[0], q.shape[1], k.shape[1])
+        return torch.baddbmm(kk, q, k.transpose(-1, -2), beta=-gamma, alpha=2.0 * gamma)
 
 
 class Dot(Score):
