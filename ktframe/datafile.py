@@ -36,9 +36,9 @@ def _load_npy(path: Path) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
     except ValueError as exc:
-        raise InputError(f"{path}: not a numeric .npy array ({exc})") from None
-    except OSError as exc:
-        raise InputError(f"{path}: not a readable .npy file ({exc})") from None
+        raise InputError(f"{path}: not a numeric .npy array ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
+    except (OSError, EOFError) as exc:  # EOFError: an empty or truncated file
+        raise InputError(f"{path}: not a readable .npy file ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(array.dtype, np.complexfloating):
         raise InputError(f"{path}: holds values of type {array.dtype}; expected real numbers")
     if array.ndim != 2:
@@ -55,7 +55,7 @@ def _number(text: str) -> float | None:
 
 def _load_csv(path: Path) -> np.ndarray:
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: skip the BOM spreadsheets write
             rows = [row for row in csv.reader(handle) if any(cell.strip() for cell in row)]
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text CSV file; expected UTF-8 text with one point per row") from None
@@ -83,14 +83,21 @@ def write_atomically(path: str | os.PathLike, lines: Iterable[str]) -> None:
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"{path}: the folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; expected the name of a file to write")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write in the folder {folder} ({exc.strerror}); expected a writable folder") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             for line in lines:
                 handle.write(line + "\n")
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise InputError(f"{path}: could not write the file ({exc.strerror}); expected a writable file path") from None
         raise
 
 

@@ -11,7 +11,7 @@ import torch
 
 from ktframe import reference
 from ktframe.errors import InputError
-from ktframe.validation import as_tensor, check_finite, check_n_clusters, check_points, check_rank
+from ktframe.validation import as_tensor, check_finite, check_gamma, check_n_clusters, check_points, check_rank
 
 INITS = ("k-means++", "random")
 
@@ -92,7 +92,7 @@ class TransformerKMeans:
 
     def _model_options(self) -> dict[str, Any]:
         options = dict(self.variant_options or {})
-        if self.variant == "lloyd" and math.isinf(float(self.gamma)):
+        if self.variant == "lloyd" and math.isinf(check_gamma(self.gamma)):
             options.setdefault("reset", "identity")
         return options
 
@@ -113,9 +113,10 @@ class TransformerKMeans:
     def _check_X(self, X: Any, *, fitted: bool) -> torch.Tensor:
         from ktframe.variant import resolve_dtype
 
-        tensor = check_points(X, "X", resolve_dtype(self.dtype))
-        if tensor.shape[0] != 1 or as_tensor(X, "X").dim() != 2:
-            raise InputError(f"X must have shape (n_samples, n_features); got {tuple(as_tensor(X, 'X').shape)}")
+        tensor = as_tensor(X, "X", resolve_dtype(self.dtype))
+        check_rank(tensor, "X", (2,), "(n_samples, n_features)")
+        check_finite(tensor, "X")  # here, so that the index reported is the (row, column) of X
+        tensor = check_points(tensor, "X")
         if fitted and tensor.shape[-1] != self.n_features_in_:
             raise InputError(f"X has {tensor.shape[-1]} features, but TransformerKMeans was fitted with {self.n_features_in_}; expected shape (n_samples, {self.n_features_in_})")
         return tensor
@@ -123,7 +124,6 @@ class TransformerKMeans:
     def fit(self, X: Any, y: Any = None) -> "TransformerKMeans":
         from ktframe.variant import build_model
 
-        self._returns_tensor = isinstance(X, torch.Tensor)
         tensor = self._check_X(X, fitted=False)
         k = check_n_clusters(self.n_clusters, tensor.shape[1])
         generator = _generator(self.random_state)
@@ -132,6 +132,7 @@ class TransformerKMeans:
         with torch.no_grad():
             result = model(tensor, C0)
         centers = result.centers[0]
+        self._returns_tensor = isinstance(X, torch.Tensor)  # set only once fit succeeds
         self.n_features_in_ = tensor.shape[-1]
         self._centers = centers
         self.cluster_centers_ = self._out(centers)

@@ -98,8 +98,9 @@ def _register(pm: pluggy.PluginManager, plugin: Any, provenance: Provenance, fai
     try:
         pm.register(plugin, name=provenance.plugin)
     except pluggy.PluginValidationError as exc:
-        # A hookimpl whose signature does not match its spec: always an error, like pytest.
-        raise PluginError(f"{provenance} has an invalid hook: {exc}") from None
+        # A hookimpl whose signature does not match its spec: always an error, like pytest. pluggy's
+        # message spans lines; the CLI prints errors on one.
+        raise PluginError(f"{provenance} has an invalid hook: {'; '.join(str(exc).splitlines())}") from None
     except Exception as exc:  # noqa: BLE001 - any failure of a foreign plugin is reported, not fatal
         _fail(failures, PluginFailure(provenance.plugin, provenance.distribution, "register", _error_text(exc)))
         return False
@@ -127,43 +128,53 @@ def _load_entry_points(pm: pluggy.PluginManager, provenances: dict[str, Provenan
             provenances[ep.name] = provenance
 
 
-def _check_hook_names(pm: pluggy.PluginManager) -> None:
+def _check_hook_names(pm: pluggy.PluginManager, provenances: dict[str, Provenance]) -> None:
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         known = ", ".join(sorted(hookspecs.KINDS))
-        raise PluginError(f"{exc} (known hooks: {known})") from None
+        # pluggy names the plugin by its module; the distribution is what a user can uninstall.
+        provenance = provenances.get(pm.get_name(exc.plugin) or "")
+        where = f"{provenance} has an unknown hook: " if provenance else ""
+        raise PluginError(f"{where}{exc} (known hooks: {known})") from None
 
 
 def _fill_registry(pm: pluggy.PluginManager, provenances: dict[str, Provenance], failures: list[PluginFailure]) -> tuple[Registry, list[PluginInfo]]:
-    """Call every registration hook of every plugin, one plugin at a time.
+    """Call every registration hook of every plugin, one plugin at a time, built-ins first.
 
-    Each plugin's registrations are staged and committed only when its hook returns, so a plugin
-    that raises halfway leaves nothing of itself in the registry.
+    A plugin's registrations are staged across all of its hooks and committed only when every one
+    of them has returned, so a plugin that raises halfway leaves nothing of itself in the registry
+    (not even what an earlier hook of it registered) and is not listed as loaded.
     """
     registry = Registry()
-    infos = {name: PluginInfo(name, provenances[name]) for name in provenances}
-    for hook_name, kind in hookspecs.KINDS.items():
-        for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
-            provenance = provenances[impl.plugin_name]
-            staged: list[Entry] = []
+    infos: list[PluginInfo] = []
+    # In registration order, not pluggy's last-registered-first call order, so that a clash names
+    # the built-in (the earlier provider) first.
+    for plugin_name, provenance in provenances.items():
+        staged: list[Entry] = []
+        hook_name = ""
+        try:
+            for hook_name, kind in hookspecs.KINDS.items():
+                for impl in getattr(pm.hook, hook_name).get_hookimpls():
+                    if impl.plugin_name != plugin_name:
+                        continue
 
-            def register(name: str, obj: Any, _staged: list[Entry] = staged, _p: Provenance = provenance, _kind: str = kind) -> None:
-                if not isinstance(name, str) or not name:
-                    raise PluginError(f"{_p} registered a {_kind} with an invalid name {name!r}; expected a non-empty string")
-                _staged.append(Entry(_kind, name, obj, _p))
+                    def register(name: str, obj: Any, _staged: list[Entry] = staged, _p: Provenance = provenance, _kind: str = kind) -> None:
+                        if not isinstance(name, str) or not name:
+                            raise PluginError(f"{_p} registered a {_kind} with an invalid name {name!r}; expected a non-empty string")
+                        _staged.append(Entry(_kind, name, obj, _p))
 
-            try:
-                impl.function(register=register)
-            except PluginError:
-                raise
-            except Exception as exc:  # noqa: BLE001
-                _fail(failures, PluginFailure(impl.plugin_name, provenance.distribution, hook_name, _error_text(exc)))
-                continue
-            for entry in staged:
-                registry.add(entry)
-                infos[impl.plugin_name].registers.setdefault(kind, []).append(entry.name)
-    return registry, list(infos.values())
+                    impl.function(register=register)
+        except Exception as exc:  # noqa: BLE001 - a plugin's own bug, invalid names included, is reported
+            _fail(failures, PluginFailure(plugin_name, provenance.distribution, hook_name, _error_text(exc)))
+            pm.unregister(name=plugin_name)  # so that state.manager, like the registry, holds none of it
+            continue
+        info = PluginInfo(plugin_name, provenance)
+        for entry in staged:
+            registry.add(entry)
+            info.registers.setdefault(entry.kind, []).append(entry.name)
+        infos.append(info)
+    return registry, infos
 
 
 def load() -> PluginState:
@@ -178,7 +189,7 @@ def load() -> PluginState:
         pm.register(importlib.import_module(module_name), name=module_name)
         provenances[module_name] = provenance
     _load_entry_points(pm, provenances, failures)
-    _check_hook_names(pm)
+    _check_hook_names(pm, provenances)
     registry, infos = _fill_registry(pm, provenances, failures)
     return PluginState(pm, registry, infos, failures)
 

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 
 from ktframe.cli.options import parse_gamma
 from ktframe.datafile import label_lines, load_points, write_atomically
 from ktframe.estimator import TransformerKMeans
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"the seed must be a non-negative integer; got {text!r}")
+    return value
 
 
 def add_parser(commands) -> None:
@@ -18,7 +29,7 @@ def add_parser(commands) -> None:
     p.add_argument("--layers", type=int, default=10, help="layers = iterations (default: 10)")
     p.add_argument("--gamma", type=parse_gamma, default=math.inf, help="inverse temperature (default: inf, exact)")
     p.add_argument("--init", choices=("k-means++", "random"), default="k-means++")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the initialisation (default: 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="random seed of the initialisation (default: 0)")
     p.add_argument("--out", help="write labels here (CSV with a 'label' header); default: standard output")
     p.set_defaults(run=run)
 

@@ -1,0 +1,214 @@
+"""``TransformerKMeans`` behaves as a scikit-learn k-means estimator and computes Lloyd's algorithm."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score
+
+from ktframe import KtframeError, TransformerKMeans
+
+
+def blobs(n_per: int = 30, d: int = 2, k: int = 3, spread: float = 0.3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``k`` blobs whose means are 12 apart along the first axis, shuffled; the points and true labels."""
+    rng = np.random.default_rng(seed)
+    means = rng.normal(0, 3, (k, d))
+    means[:, 0] = 12.0 * np.arange(k)
+    truth = np.repeat(np.arange(k), n_per)
+    X = means[truth] + rng.normal(0, spread, (k * n_per, d))
+    order = rng.permutation(len(X))
+    return X[order], truth[order]
+
+
+def objective(X: np.ndarray, C: np.ndarray) -> float:
+    """The k-means objective, computed here with numpy alone."""
+    return float(((X[:, None, :] - C[None, :, :]) ** 2).sum(-1).min(1).sum())
+
+
+def one_point_per_blob(X: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
+    return np.stack([X[np.flatnonzero(truth == j)[0]] for j in range(k)])
+
+
+X, TRUTH = blobs()
+
+
+@pytest.mark.parametrize("init", ["k-means++", "array"])  # "random" may seed two centers in one blob
+def test_recovers_well_separated_blobs(init: str) -> None:
+    start = one_point_per_blob(X, TRUTH, 3) if init == "array" else init
+    estimator = TransformerKMeans(3, init=start, random_state=0).fit(X)
+    assert adjusted_rand_score(TRUTH, estimator.labels_) == 1.0
+    assert adjusted_rand_score(TRUTH, estimator.predict(X)) == 1.0
+    assert adjusted_rand_score(TRUTH, TransformerKMeans(3, init=start, random_state=0).fit_predict(X)) == 1.0
+
+
+def test_fitted_attributes() -> None:
+    estimator = TransformerKMeans(3, n_layers=7, random_state=1).fit(X)
+    assert estimator.cluster_centers_.shape == (3, 2)
+    assert estimator.labels_.shape == (len(X),)
+    assert estimator.n_iter_ == 7
+    assert estimator.n_features_in_ == 2
+    np.testing.assert_array_equal(estimator.labels_, estimator.predict(X))
+    # each center is the mean of its points (the blobs converge within 7 Lloyd steps)
+    for j in range(3):
+        np.testing.assert_allclose(estimator.cluster_centers_[j], X[estimator.labels_ == j].mean(0), atol=1e-12)
+
+
+def test_inertia_is_the_objective_of_the_centers() -> None:
+    estimator = TransformerKMeans(3, random_state=0).fit(X)
+    assert estimator.inertia_ == pytest.approx(objective(X, estimator.cluster_centers_), rel=1e-12)
+    assert estimator.score(X) == pytest.approx(-estimator.inertia_, rel=1e-12)
+
+
+def test_transform_gives_distances_to_the_centers() -> None:
+    estimator = TransformerKMeans(3, random_state=0).fit(X)
+    new = np.random.default_rng(5).normal(5, 10, (11, 2))
+    distances = estimator.transform(new)
+    assert distances.shape == (11, 3)
+    expected = np.linalg.norm(new[:, None, :] - estimator.cluster_centers_[None], axis=-1)
+    np.testing.assert_allclose(distances, expected, rtol=1e-12)
+    np.testing.assert_array_equal(estimator.predict(new), expected.argmin(1))
+    assert estimator.score(new) == pytest.approx(-objective(new, estimator.cluster_centers_), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "n_per, d, k, spread, n_layers",
+    [(40, 2, 3, 4.0, 10), (25, 5, 4, 6.0, 6), (15, 3, 6, 8.0, 12)],
+)
+def test_equals_scikit_learn_lloyd(n_per: int, d: int, k: int, spread: float, n_layers: int) -> None:
+    # overlapping blobs, so that Lloyd's algorithm takes several steps to settle
+    points, truth = blobs(n_per, d, k, spread, seed=k)
+    C0 = one_point_per_blob(points, truth, k)
+    ours = TransformerKMeans(k, init=C0, n_layers=n_layers, gamma=math.inf).fit(points)
+    theirs = KMeans(k, algorithm="lloyd", init=C0, n_init=1, max_iter=n_layers, tol=0).fit(points)
+    assert len(np.unique(theirs.labels_)) == k, "a cluster emptied: scikit-learn would move its center"
+    np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-8)
+    np.testing.assert_array_equal(ours.labels_, theirs.labels_)
+    assert ours.inertia_ == pytest.approx(theirs.inertia_, rel=1e-9)
+
+
+def test_fewer_layers_stop_early_like_max_iter() -> None:
+    points, truth = blobs(40, 2, 3, 2.0, seed=3)
+    C0 = points[:3]  # a poor start, so that one step is not enough
+    one = TransformerKMeans(3, init=C0, n_layers=1).fit(points)
+    theirs = KMeans(3, algorithm="lloyd", init=C0, n_init=1, max_iter=1, tol=0).fit(points)
+    np.testing.assert_allclose(one.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-8)
+    assert one.n_iter_ == 1
+
+
+def test_random_state_reproduces_and_seeds_differ() -> None:
+    uniform = np.random.default_rng(2).uniform(size=(60, 2))
+    runs = {}
+    for seed in range(4):
+        a = TransformerKMeans(5, init="random", n_layers=1, random_state=seed).fit(uniform)
+        b = TransformerKMeans(5, init="random", n_layers=1, random_state=seed).fit(uniform)
+        np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+        np.testing.assert_array_equal(a.labels_, b.labels_)
+        runs[seed] = a.cluster_centers_
+    assert any(not np.array_equal(runs[0], runs[s]) for s in range(1, 4))
+    # k-means++ too
+    pp = [TransformerKMeans(5, n_layers=1, random_state=s).fit(uniform).cluster_centers_ for s in (7, 7, 8)]
+    np.testing.assert_array_equal(pp[0], pp[1])
+    assert not np.array_equal(pp[0], pp[2])
+
+
+def test_a_torch_generator_is_a_random_state() -> None:
+    centers = [TransformerKMeans(3, random_state=torch.Generator().manual_seed(4)).fit(X).cluster_centers_ for _ in range(2)]
+    np.testing.assert_array_equal(*centers)
+
+
+def test_numpy_in_numpy_out() -> None:
+    estimator = TransformerKMeans(3, random_state=0).fit(X)
+    for value in (estimator.cluster_centers_, estimator.labels_, estimator.predict(X), estimator.transform(X)):
+        assert isinstance(value, np.ndarray)
+    assert estimator.cluster_centers_.dtype == np.float64
+    assert np.issubdtype(estimator.labels_.dtype, np.integer)
+    assert isinstance(estimator.inertia_, float) and isinstance(estimator.score(X), float)
+
+
+def test_tensor_in_tensor_out() -> None:
+    tensor = torch.tensor(X)
+    before = tensor.clone()
+    estimator = TransformerKMeans(3, random_state=0).fit(tensor)
+    assert torch.equal(tensor, before), "fit must not change its input"
+    for value in (estimator.cluster_centers_, estimator.labels_, estimator.predict(tensor), estimator.transform(tensor)):
+        assert isinstance(value, torch.Tensor)
+    assert not estimator.labels_.is_floating_point()
+    reference = TransformerKMeans(3, random_state=0).fit(X)
+    np.testing.assert_array_equal(estimator.labels_.numpy(), reference.labels_)
+    np.testing.assert_allclose(estimator.cluster_centers_.numpy(), reference.cluster_centers_, rtol=0, atol=0)
+    # lists of numbers and float32 tensors are accepted too
+    as_list = TransformerKMeans(3, random_state=0).fit(X.tolist())
+    np.testing.assert_array_equal(as_list.labels_, reference.labels_)
+    as_float32 = TransformerKMeans(3, random_state=0).fit(tensor.float())
+    assert as_float32.cluster_centers_.dtype == torch.float64  # the estimator's dtype decides
+
+
+def test_float32_dtype() -> None:
+    single = TransformerKMeans(3, random_state=0, dtype="float32").fit(X)
+    double = TransformerKMeans(3, random_state=0).fit(X)
+    assert single.cluster_centers_.dtype == np.float32
+    assert single.transform(X).dtype == np.float32
+    np.testing.assert_array_equal(single.labels_, double.labels_)
+    np.testing.assert_allclose(single.cluster_centers_, double.cluster_centers_, rtol=0, atol=1e-4)
+    assert single.inertia_ == pytest.approx(double.inertia_, rel=1e-4)
+    tensor = TransformerKMeans(3, random_state=0, dtype="float32").fit(torch.tensor(X))
+    assert tensor.cluster_centers_.dtype == torch.float32
+
+
+def test_params_round_trip_and_clone() -> None:
+    C0 = X[:3]
+    params = dict(n_clusters=3, variant="lloyd-dot", n_layers=4, gamma=50.0, init=C0, random_state=3, dtype="float32", variant_options={"share_weights": False})
+    estimator = TransformerKMeans(**params)
+    got = estimator.get_params()
+    assert set(got) == set(params)
+    assert all(got[name] is value for name, value in params.items())
+    other = TransformerKMeans().set_params(**got)
+    assert all(other.get_params()[name] is value for name, value in params.items())
+    assert estimator.set_params(n_layers=6) is estimator and estimator.n_layers == 6
+    assert "n_layers=6" in repr(estimator)
+
+    fitted = TransformerKMeans(3, n_layers=3, random_state=0).fit(X)
+    copy = clone(fitted)
+    assert copy is not fitted and copy.get_params() == fitted.get_params()
+    with pytest.raises(KtframeError, match="not fitted"):
+        copy.predict(X)
+    np.testing.assert_array_equal(copy.fit(X).labels_, fitted.labels_)
+
+
+def test_lloyd_dot_equals_lloyd() -> None:
+    points, truth = blobs(25, 3, 4, 5.0, seed=9)
+    C0 = one_point_per_blob(points, truth, 4)
+    lloyd = TransformerKMeans(4, init=C0, n_layers=8).fit(points)
+    dot = TransformerKMeans(4, variant="lloyd-dot", init=C0, n_layers=8).fit(points)
+    np.testing.assert_array_equal(dot.labels_, lloyd.labels_)
+    np.testing.assert_allclose(dot.cluster_centers_, lloyd.cluster_centers_, rtol=0, atol=1e-8)
+    assert dot.inertia_ == pytest.approx(lloyd.inertia_, rel=1e-10)
+    # with random seeding too: the same seed draws the same start for both variants
+    a = TransformerKMeans(4, random_state=2).fit(points)
+    b = TransformerKMeans(4, variant="lloyd-dot", random_state=2).fit(points)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+def test_finite_gamma_is_close_to_the_hard_limit_on_separated_blobs() -> None:
+    hard = TransformerKMeans(3, random_state=0).fit(X)
+    soft = TransformerKMeans(3, random_state=0, gamma=100.0).fit(X)
+    np.testing.assert_array_equal(soft.labels_, hard.labels_)
+    np.testing.assert_allclose(soft.cluster_centers_, hard.cluster_centers_, atol=1e-6)
+
+
+def test_k_equal_to_n_puts_every_point_in_its_own_cluster() -> None:
+    points = X[:6]
+    estimator = TransformerKMeans(6, random_state=0, n_layers=2).fit(points)
+    assert sorted(estimator.labels_.tolist()) == list(range(6))
+    assert estimator.inertia_ == pytest.approx(0.0, abs=1e-20)
+
+
+def test_predict_before_fit_is_a_clear_error() -> None:
+    for method in ("predict", "transform", "score"):
+        with pytest.raises(KtframeError, match=r"not fitted yet; call fit\(X\) first"):
+            getattr(TransformerKMeans(3), method)(X)
