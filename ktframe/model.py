@@ -24,9 +24,10 @@ from ktframe.reference import assign
 from ktframe.result import ClusteringResult
 from ktframe.validation import check_model_inputs
 
-# Queries are processed in blocks so that one block of logits holds about this many numbers:
-# the n × n point self-attention then needs memory that grows with n, not n².
-BLOCK_ELEMENTS = 1 << 24
+# Queries are processed in blocks so that one block of logits holds about this many numbers: the
+# n × n point self-attention then needs memory that grows with n, not n², and a block's
+# intermediates stay in cache (on a 2-core CPU, 2^18 ran 1.6x faster per layer than 2^24).
+BLOCK_ELEMENTS = 1 << 18
 
 
 # --- projections -----------------------------------------------------------------------------
@@ -106,6 +107,12 @@ class AttentionHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.identity = identity
 
+    @property
+    def row_local(self) -> bool:
+        """Whether the cost per query is independent of how many queries come at once; the
+        linear-attention path shares its Kᵀ V among all queries instead."""
+        return not (self.identity or (self.score.linear and self.map.linear))
+
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         if self.identity:
             return self.v(queries)
@@ -124,6 +131,9 @@ class AttentionHead(nn.Module):
             B, n, e = v.shape
             rows = out.index + torch.arange(B, device=v.device).unsqueeze(-1) * n
             values = v.reshape(B * n, e).index_select(0, rows.flatten()).view(B, -1, e)
+            if out.ties is not None:
+                tied, weights = out.ties
+                values[tied[:, 0], tied[:, 1]] = torch.bmm(weights.unsqueeze(1), v[tied[:, 0]]).squeeze(1)
         else:
             values = torch.bmm(self.dropout(out.weights), v)
         if out.stay is not None:
@@ -132,8 +142,11 @@ class AttentionHead(nn.Module):
 
     def _linear_attention(self, q, k, v, queries):
         # Normalized linear attention is associative: (q Kᵀ) V / (q Kᵀ 1) = q (Kᵀ V) / q (Kᵀ 1),
-        # which costs O(n) per query instead of building the (m, n) weight matrix.
-        numerator = torch.bmm(q, torch.bmm(k.transpose(1, 2), v))
+        # which costs O(n) per query instead of building the (m, n) weight matrix. Kᵀ V is summed
+        # over blocks of keys, which stay in cache where one product over all keys would not.
+        step = max(1, BLOCK_ELEMENTS // max(1, k.shape[0] * k.shape[-1]))
+        kv = sum(torch.bmm(k[:, i : i + step].transpose(1, 2), v[:, i : i + step]) for i in range(0, k.shape[1], step))
+        numerator = torch.bmm(q, kv)
         mass = torch.bmm(q, k.sum(dim=1, keepdim=True).transpose(1, 2))
         empty = mass == 0
         values = numerator / torch.where(empty, torch.ones_like(mass), mass)
@@ -195,25 +208,36 @@ class Layer(nn.Module):
 
     def forward(self, points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         p, c = self.point_norm(points), self.center_norm(centers)
-        points = self._residual(points, [(self.point_cross, p, c), (self.point_self, p, p)])
+        points = self._update(points, p, [(self.point_cross, c), (self.point_self, p)])
         p = self.point_norm(points)
-        centers = self._residual(centers, [(self.center_cross, c, p), (self.center_self, c, c)])
+        centers = self._update(centers, c, [(self.center_cross, p), (self.center_self, c)])
         if self.center_ffn is not None:
             centers = add_into(centers, self.center_ffn.slot, self.center_ffn(centers))
         return points, centers
 
-    @staticmethod
-    def _residual(tokens: torch.Tensor, calls) -> torch.Tensor:
-        # Every head reads the stream as it was before this step: compute all, then add.
-        updates = [(head.slot, head(queries, keys)) for head, queries, keys in calls]
-        if all(slot == updates[0][0] for slot, _ in updates):
-            total = updates[0][1]
-            for _, update in updates[1:]:
-                total = total + update
-            updates = [(updates[0][0], total)]
-        for slot, update in updates:
-            tokens = add_into(tokens, slot, update)
+    def _update(self, tokens: torch.Tensor, queries: torch.Tensor, heads: list[tuple[AttentionHead, torch.Tensor]]) -> torch.Tensor:
+        """``tokens + Σ head(queries, keys)``, each head writing its slot, every head reading the
+        stream as it was before this step."""
+        if torch.is_grad_enabled() and (tokens.requires_grad or any(p.requires_grad for p in self.parameters())):
+            updates = [(head.slot, head(queries, keys)) for head, keys in heads]
+            for slot, update in updates:
+                tokens = add_into(tokens, slot, update)
+            return tokens
+        # Without autograd: in place, one block of rows at a time, so that each block's logits
+        # and values stay in cache. A head whose keys are this very stream reads a snapshot.
+        heads = [(head, keys.clone() if head.row_local and _shares_memory(keys, tokens) else keys) for head, keys in heads]
+        B, m = tokens.shape[:2]
+        step = min([max(1, BLOCK_ELEMENTS // (B * keys.shape[1])) for head, keys in heads if head.row_local], default=m)
+        for i in range(0, m, step):
+            rows = slice(i, i + step)
+            updates = [(head.slot, head(queries[:, rows], keys)) for head, keys in heads]
+            for slot, update in updates:
+                tokens[:, rows, slot] += update
         return tokens
+
+
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 # --- the model --------------------------------------------------------------------------------
