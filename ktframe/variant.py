@@ -26,8 +26,9 @@ class Variant:
 
     - ``build(*, d, k, n_layers, gamma, **options)`` returns the hand-built model (``gamma=inf``
       is the hard limit, where the softmax maps become arg-max maps);
-    - ``reference(X, C0, n_iter, *, gamma)`` runs the classical algorithm it must equal, written
-      without attention (None when the variant has none);
+    - ``reference(X, C0, n_iter)`` runs the classical algorithm it must equal, written without
+      attention (None when the variant has none); one that depends on the temperature also takes
+      a ``gamma`` keyword;
     - ``tolerance(dtype, gamma)`` is the :class:`Tolerance` ``ktframe verify`` applies.
     """
 
@@ -37,6 +38,11 @@ class Variant:
     build: Callable[..., "KMeansTransformer"]
     reference: Callable[..., ClusteringResult] | None
     tolerance: Callable[[torch.dtype, float], "Tolerance"]
+
+    def run_reference(self, X: torch.Tensor, C0: torch.Tensor, n_iter: int, gamma: float) -> ClusteringResult:
+        if "gamma" in inspect.signature(self.reference).parameters:
+            return self.reference(X, C0, n_iter, gamma=gamma)
+        return self.reference(X, C0, n_iter)
 
     def options(self) -> list[str]:
         """The keyword options of ``build`` beyond d, k, n_layers and gamma."""

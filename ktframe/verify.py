@@ -54,7 +54,7 @@ def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
     model = build_model(variant, d=d, k=k, n_layers=layers, gamma=gamma, dtype=dtype, **setting.options)
     with torch.no_grad():
         got = model(X, C0)
-    want = spec.reference(X, C0, layers, gamma=gamma)
+    want = spec.run_reference(X, C0, layers, gamma)
 
     errors = (got.trajectory - want.trajectory).abs().amax(dim=(0, 2, 3))  # per layer
     agreement = (got.labels == want.labels).to(torch.float64).mean().item()

@@ -36,7 +36,7 @@ GOOD = Distribution(
     source='''
         import torch
 
-        from ktframe import hookimpl
+        from ktframe import hookimpl, reference
         from ktframe.components.maps import AttentionMap, MapOutput
         from ktframe.components.scores import Score
         from ktframe.variant import Variant, exact_tolerance
@@ -77,7 +77,7 @@ GOOD = Distribution(
                     summary="lloyd's construction, republished by a third-party plugin",
                     classical="Lloyd's algorithm",
                     build=ktframe_lloyd.build,
-                    reference=ktframe_lloyd.lloyd_reference,
+                    reference=reference.lloyd,
                     tolerance=exact_tolerance,
                 ),
             )
@@ -102,7 +102,7 @@ BROKEN_HOOK = Distribution(
     module="ktframe_test_broken_hook",
     entry_points={"broken-hook": "ktframe_test_broken_hook"},
     source='''
-        from ktframe import hookimpl
+        from ktframe import hookimpl, reference
         from ktframe.components.scores import Euclidean
         from ktframe.variant import Variant, exact_tolerance
 
@@ -123,7 +123,7 @@ BROKEN_HOOK = Distribution(
                     summary="never finished registering",
                     classical="Lloyd's algorithm",
                     build=ktframe_lloyd.build,
-                    reference=ktframe_lloyd.lloyd_reference,
+                    reference=reference.lloyd,
                     tolerance=exact_tolerance,
                 ),
             )

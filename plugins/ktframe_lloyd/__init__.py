@@ -61,10 +61,6 @@ def build(*, d: int, k: int, n_layers: int, gamma: float, center_update: str = "
     return KMeansTransformer(reg.get("embedding", "onehot")(), layers, d=d, k=k, n_layers=n_layers)
 
 
-def lloyd_reference(X, C0, n_iter, *, gamma=math.inf):
-    return reference.lloyd(X, C0, n_iter)
-
-
 @hookimpl
 def ktframe_register_variants(register):
     register(
@@ -74,7 +70,7 @@ def ktframe_register_variants(register):
             summary="Euclidean attention: one exact Lloyd iteration per layer (Theorem 2.1)",
             classical="Lloyd's algorithm",
             build=build,
-            reference=lloyd_reference,
+            reference=reference.lloyd,
             tolerance=exact_tolerance,
         ),
     )

@@ -80,10 +80,6 @@ def build(*, d: int, k: int, n_layers: int, gamma: float, share_weights: bool = 
     return KMeansTransformer(reg.get("embedding", "sqnorm")(), layers, d=d, k=k, n_layers=n_layers)
 
 
-def lloyd_reference(X, C0, n_iter, *, gamma=math.inf):
-    return reference.lloyd(X, C0, n_iter)
-
-
 @hookimpl
 def ktframe_register_embeddings(register):
     register("sqnorm", SquaredNormEmbedding)
@@ -98,7 +94,7 @@ def ktframe_register_variants(register):
             summary="dot-product attention on squared-norm tokens with a ReQU feed-forward (Theorem 2.2)",
             classical="Lloyd's algorithm",
             build=build,
-            reference=lloyd_reference,
+            reference=reference.lloyd,
             tolerance=exact_tolerance,
         ),
     )
