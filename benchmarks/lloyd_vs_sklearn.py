@@ -24,7 +24,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 import ktframe
 from ktframe import reference
-from ktframe.tasks import gaussian_mixture
+from ktframe.tasks import mixture
 
 
 def best_of(repeats: int, run) -> tuple[float, object]:
@@ -51,7 +51,7 @@ def main() -> None:
     # a far point where ktframe keeps it, and the two would then compute different things.
     dtype = getattr(torch, args.dtype)
     generator = torch.Generator().manual_seed(args.seed)
-    X, _ = gaussian_mixture(1, args.n, args.d, args.k, generator=generator, dtype=dtype)
+    X, _ = mixture(1, args.n, args.d, args.k, generator=generator, dtype=dtype)
     C0 = reference.kmeans_plusplus(X, args.k, generator, greedy=True)
     X_np, C0_np = X[0].numpy(), C0[0].numpy()
 

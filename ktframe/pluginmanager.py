@@ -34,6 +34,7 @@ BUILTIN_PLUGINS = (
     "ktframe.components.activations",
     "ktframe.components.embeddings",
     "ktframe.components.initializers",
+    "ktframe.learned",
 )
 
 

@@ -45,9 +45,9 @@ class Variant:
         return self.reference(X, C0, n_iter)
 
     def options(self) -> list[str]:
-        """The keyword options of ``build`` beyond d, k, n_layers and gamma."""
+        """The keyword options of ``build`` beyond d, k and n_layers (gamma among them)."""
         params = inspect.signature(self.build).parameters
-        return [p for p in params if p not in ("d", "k", "n_layers", "gamma")]
+        return [p for p in params if p not in ("d", "k", "n_layers")]
 
 
 @dataclass(frozen=True)
@@ -101,22 +101,23 @@ def build_model(
     d: int,
     k: int,
     n_layers: int,
-    gamma: float = math.inf,
+    gamma: float | None = None,
     dtype: torch.dtype | str = torch.float32,
     **options: Any,
 ) -> "KMeansTransformer":
-    """The hand-built model of ``variant`` for ``d`` coordinates and ``k`` clusters.
+    """The model of ``variant`` for ``d`` coordinates and ``k`` clusters.
 
-    ``gamma=inf`` (the default) is the hard limit: exact to float precision. ``options`` are the
-    variant's own (``ktframe plugins`` lists them).
+    ``gamma=None`` takes the variant's default: inf (the exact hard limit) for the hand-built
+    variants, 1 for ``learned``. ``options`` are the variant's own (``ktframe plugins`` lists them).
     """
     spec = get_variant(variant)
     d = check_positive_int(d, "d")
     k = check_positive_int(k, "k")
     n_layers = check_positive_int(n_layers, "n_layers")
-    gamma = check_gamma(gamma)
+    if gamma is not None:
+        options["gamma"] = check_gamma(gamma)
     check_options(spec, options)
-    model = spec.build(d=d, k=k, n_layers=n_layers, gamma=gamma, **options)
+    model = spec.build(d=d, k=k, n_layers=n_layers, **options)
     model.variant = spec.name
     return model.to(resolve_dtype(dtype))
 

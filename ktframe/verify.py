@@ -12,7 +12,7 @@ import torch
 from ktframe import reference
 from ktframe.errors import InputError
 from ktframe.reference import random_points
-from ktframe.tasks import gaussian_mixture
+from ktframe.tasks import mixture
 from ktframe.validation import check_gamma, check_n_clusters, check_positive_int
 from ktframe.variant import build_model, get_variant, resolve_dtype
 
@@ -48,7 +48,7 @@ def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
     dtype = resolve_dtype(setting.dtype)
 
     generator = torch.Generator().manual_seed(seed)
-    X, _ = gaussian_mixture(1, n, d, k, sizes="equal", generator=generator, dtype=torch.float64)
+    X, _ = mixture(1, n, d, k, sizes="equal", generator=generator, dtype=torch.float64)
     X = X.to(dtype)
     C0 = random_points(X, k, generator)
     model = build_model(variant, d=d, k=k, n_layers=layers, gamma=gamma, dtype=dtype, **setting.options)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import ktframe
 from ktframe import reference
 from ktframe.reference import random_points
-from ktframe.tasks import gaussian_mixture
+from ktframe.tasks import mixture
 
 # (variant, options): every exact construction the package offers.
 EXACT_MODELS = [
@@ -202,7 +202,7 @@ def test_three_way_tie_is_shared_equally(variant, options):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_float32_hard_limit(variant, options, seed):
     g = torch.Generator().manual_seed(seed)
-    X64, _ = gaussian_mixture(2, 400, 3, 4, generator=g, dtype=torch.float64)
+    X64, _ = mixture(2, 400, 3, 4, generator=g, dtype=torch.float64)
     C064 = random_points(X64, 4, g)
     X, C0 = X64.float(), C064.float()
     got = run_model(variant, options, X, C0, 6, dtype=torch.float32)

@@ -27,7 +27,7 @@ CENTER_UPDATES = ("linear", "argmax")
 RESETS = ("attention", "identity")
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float, center_update: str = "linear", reset: str = "attention", share_weights: bool = True) -> KMeansTransformer:
+def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, center_update: str = "linear", reset: str = "attention", share_weights: bool = True) -> KMeansTransformer:
     """``reset="identity"`` computes the point self-attention as the identity it is in the hard
     limit (O(n) instead of O(n²)); it is refused at finite gamma, where it would not be exact."""
     if center_update not in CENTER_UPDATES:

@@ -53,7 +53,7 @@ def squared_norm_ffn(width: int, d: int) -> FeedForward:
     return FeedForward(up, registry().get("activation", "requ")(), down, slot=slice(d, d + 1))
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float, share_weights: bool = True) -> KMeansTransformer:
+def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weights: bool = True) -> KMeansTransformer:
     reg = registry()
     hard = math.isinf(gamma)
     dot = reg.get("score", "dot")()

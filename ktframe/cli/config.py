@@ -1,0 +1,18 @@
+"""``ktframe config show [key=value ...]``: print the resolved config."""
+
+from __future__ import annotations
+
+from ktframe.training.config import load_config, to_yaml
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser("config", help="show the resolved training config")
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    show = sub.add_parser("show", help="print the config that `ktframe fit` would use")
+    show.add_argument("overrides", nargs="*", metavar="key=value")
+    show.set_defaults(run=run)
+
+
+def run(args) -> int:
+    print(to_yaml(load_config(args.overrides)), end="")
+    return 0

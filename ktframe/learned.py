@@ -1,0 +1,68 @@
+"""The learnable k-means transformer of the paper's learning experiments, registered as the
+built-in variant ``learned``.
+
+One layer (by default) of the same two-stream form as the hand-built models, but every head has
+its own learnable Q, K, V (linear maps with bias, width d_emb), Euclidean softmax attention with
+gamma = 1 and a 1/√d_emb scale, and attention dropout while training. No feed-forward, no norm.
+Scores, maps, norms and embeddings come from the registry, so a learnable version of any mechanism
+is one option away.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ktframe.hookspecs import Register, hookimpl
+from ktframe.model import AttentionHead, KMeansTransformer, Layer, Linear
+from ktframe.variant import Tolerance, Variant
+
+
+def build(
+    *,
+    d: int,
+    k: int,
+    n_layers: int,
+    gamma: float = 1.0,
+    embedding: str = "onehot",
+    score: str = "euclidean",
+    attention_map: str = "softmax",
+    norm: str = "identity",
+    scale: float | None = None,
+    dropout: float = 0.01,
+    share_weights: bool = True,
+) -> KMeansTransformer:
+    """``scale=None`` is 1/√d_emb. With ``share_weights`` one layer serves every step."""
+    from ktframe.pluginmanager import registry
+
+    reg = registry()
+    embed = reg.get("embedding", embedding)()
+    width = embed.width(d, k)
+    scale = 1.0 / math.sqrt(width) if scale is None else scale
+    make_score, make_map, make_norm = reg.get("score", score), reg.get("map", attention_map), reg.get("norm", norm)
+
+    def head() -> AttentionHead:
+        return AttentionHead(
+            Linear(width, width), Linear(width, width), Linear(width, width),
+            make_score(), make_map(), slot=slice(0, width), gamma=gamma, scale=scale, dropout=dropout,
+        )
+
+    def layer() -> Layer:
+        return Layer(head(), head(), head(), head(), point_norm=make_norm(width), center_norm=make_norm(width))
+
+    layers = [layer()] if share_weights else [layer() for _ in range(n_layers)]
+    return KMeansTransformer(embed, layers, d=d, k=k, n_layers=n_layers)
+
+
+@hookimpl
+def ktframe_register_variants(register: Register) -> None:
+    register(
+        "learned",
+        Variant(
+            name="learned",
+            summary="learnable heads (Q, K, V with bias), Euclidean softmax, gamma=1, 1/sqrt(d_emb) scale, dropout",
+            classical="(none: trained)",
+            build=build,
+            reference=None,
+            tolerance=lambda dtype, gamma: Tolerance(math.inf, 0.0),
+        ),
+    )

@@ -1,0 +1,2 @@
+"""Training k-means transformers with Lightning: configuration, tasks, loss, metrics, the
+LightningModule and ``train(cfg)``."""

@@ -1,0 +1,76 @@
+"""The LightningModule: a k-means transformer, its loss, optimiser and metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+from torchmetrics import MetricCollection
+
+from ktframe.training.loss import softmin_bound
+from ktframe.training.metrics import AdjustedRand, KMeansObjective, MeanLogObjective, NormalizedMutualInfo, RatioToLloyd
+from ktframe.variant import build_model
+
+# Options of ModelConfig that are the model's own, passed to the variant's builder as given.
+_MODEL_OPTIONS = ("embedding", "score", "attention_map", "norm", "scale", "dropout")
+
+
+def model_from_config(cfg: dict) -> torch.nn.Module:
+    data, model = cfg["data"], cfg["model"]
+    options = {key: model[key] for key in _MODEL_OPTIONS} if model["variant"] == "learned" else {}
+    return build_model(model["variant"], d=data["d"], k=data["k"], n_layers=model["n_layers"], gamma=model["gamma"], **options)
+
+
+class KMeansTransformerModule(L.LightningModule):
+    """Trains ``model.unroll`` steps of the model (re-embedding in between) against the softmin
+    bound; validates on fixed tasks with the k-means objective, its mean log, the ratio to one
+    Lloyd step (which drives the learning-rate schedule) and ARI / NMI against the true labels."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.save_hyperparameters({"config": config})  # plain containers: weights_only loading works
+        self.config = config
+        self.model = model_from_config(config)
+        self.val_metrics = MetricCollection(
+            {
+                "objective": KMeansObjective(),
+                "log_objective": MeanLogObjective(),
+                "ratio": RatioToLloyd(),
+                "ari": AdjustedRand(),
+                "nmi": NormalizedMutualInfo(),
+            },
+            prefix="val/",
+        )
+
+    def forward(self, X: torch.Tensor, C0: torch.Tensor, n_steps: int | None = None):
+        steps = n_steps or self.config["model"]["unroll"]
+        return self.model(X, C0, n_steps=steps, reembed=True)
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        X, C0, _ = batch
+        loss = softmin_bound(X, self(X, C0).centers, self.config["optim"]["loss_lambda"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=X.shape[0])
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        X, C0, labels = batch
+        C = self(X, C0).centers
+        self.val_metrics["objective"].update(X, C)
+        self.val_metrics["log_objective"].update(X, C)
+        self.val_metrics["ratio"].update(X, C, C0)
+        self.val_metrics["ari"].update(X, C, labels)
+        self.val_metrics["nmi"].update(X, C, labels)
+
+    def on_validation_epoch_end(self) -> None:
+        values = {name: value.float() for name, value in self.val_metrics.compute().items()}
+        self.log("val/ratio", values.pop("val/ratio"), prog_bar=True)
+        self.log_dict(values)
+        self.val_metrics.reset()
+
+    def configure_optimizers(self):
+        optim = self.config["optim"]
+        optimizer = torch.optim.Adam(self.parameters(), lr=optim["lr"])
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=optim["plateau_factor"], patience=optim["plateau_patience"])
+        # Stepped after every validation (every `val_every` steps) on the validation ratio.
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/ratio", "interval": "step", "frequency": self.config["trainer"]["val_every"]}}
