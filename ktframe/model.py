@@ -134,6 +134,19 @@ class AttentionHead(nn.Module):
             return self._block(q, k, v, queries)
         return torch.cat([self._block(q[:, i : i + step], k, v, queries[:, i : i + step]) for i in range(0, q.shape[1], step)], dim=1)
 
+    def weights(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """The dense attention map ``(B, m, n)`` (for inspection and pictures)."""
+        if self.identity:
+            return torch.eye(queries.shape[1], dtype=queries.dtype, device=queries.device).expand(queries.shape[0], -1, -1)
+        out = self.map(self.score(self.q(queries), self.k(keys), self.gamma))
+        if out.weights is not None:
+            return out.weights
+        weights = torch.nn.functional.one_hot(out.index, keys.shape[1]).to(queries.dtype)
+        if out.ties is not None:
+            tied, tie_weights = out.ties
+            weights[tied[:, 0], tied[:, 1]] = tie_weights
+        return weights
+
     def _block(self, q, k, v, queries):
         score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
         out = self.map(score(q, k, self.gamma))

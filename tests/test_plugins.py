@@ -147,7 +147,7 @@ def test_third_party_plugin_is_listed_with_its_distribution(cli):
         "registers": {"score": ["manhattan"], "map": ["uniform"], "variant": ["good-lloyd"]},
     }
     variants = {v["name"]: v for v in info["variants"]}
-    assert sorted(variants) == ["good-lloyd", "lloyd", "lloyd-dot"]
+    assert sorted(variants) == ["good-lloyd", "learned", "lloyd", "lloyd-dot"]
     assert variants["good-lloyd"]["plugin"] == "good"
     assert variants["good-lloyd"]["distribution"] == "ktframe-good-plugin"
     assert variants["good-lloyd"]["classical"] == "Lloyd's algorithm"
@@ -223,7 +223,7 @@ def test_broken_plugins_are_reported_and_the_rest_still_load(cli):
     # the built-ins, the good plugin and the first-party variants still load ...
     assert_builtins(info)
     assert plugin_names(info) == [*BUILTIN_PLUGINS, "good", *FIRST_PARTY]
-    assert sorted(v["name"] for v in info["variants"]) == ["good-lloyd", "lloyd", "lloyd-dot"]
+    assert sorted(v["name"] for v in info["variants"]) == ["good-lloyd", "learned", "lloyd", "lloyd-dot"]
     assert "manhattan" in registered(info, "score")
     # ... and nothing of the plugin that raised halfway is left, not even what its other hook registered
     assert "halfway" not in registered(info, "variant")
@@ -332,7 +332,7 @@ def test_hook_with_wrong_arguments_is_a_one_line_error(installed):
 def test_unknown_variant_lists_the_valid_ones_and_the_closest(cli):
     line = assert_one_line_error(cli["unknown-variant"], "verify")
     assert "unknown variant 'good-loyd'" in line
-    assert "expected one of: good-lloyd, lloyd, lloyd-dot" in line
+    assert "expected one of: good-lloyd, learned, lloyd, lloyd-dot" in line
     assert line.endswith("(did you mean 'good-lloyd'?)")
 
 
@@ -352,7 +352,8 @@ def test_disable_all_keeps_only_the_builtins(cli):
     info = run.json()
     assert plugin_names(info) == list(BUILTIN_PLUGINS)
     assert_builtins(info)
-    assert info["variants"] == [] and info["failures"] == []
+    # Only the built-in trainable variant: no entry-point plugin ran.
+    assert [v["name"] for v in info["variants"]] == ["learned"] and info["failures"] == []
     assert "manhattan" not in registered(info, "score")
 
 
@@ -361,7 +362,7 @@ def test_disable_a_list_skips_just_those(cli):
     assert run.returncode == 0, run
     info = run.json()
     assert plugin_names(info) == [*BUILTIN_PLUGINS, "good", "lloyd"]
-    assert sorted(v["name"] for v in info["variants"]) == ["good-lloyd", "lloyd"]
+    assert sorted(v["name"] for v in info["variants"]) == ["good-lloyd", "learned", "lloyd"]
     assert "sqnorm" not in registered(info, "embedding")  # lloyd-dot's embedding went with it
     assert info["failures"] == []
 

@@ -12,9 +12,10 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> int:
+    cfg = load_config(args.overrides)  # first: a config error should not wait for Lightning to import
     from ktframe.training.run import train
 
-    result = train(load_config(args.overrides))
+    result = train(cfg)
     if result.summary.get("world_size", 1) == 1 or result.summary.get("rank", 0) == 0:
         print(f"run {result.run_id}: {result.summary['global_step']} steps, best val/ratio {result.summary['best_val_ratio']}, folder {result.run_dir}")
         if "wandb_sync" in result.summary:

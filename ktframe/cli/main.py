@@ -6,10 +6,10 @@ import argparse
 import sys
 from typing import Sequence
 
-from ktframe.cli import cluster, config, fit, plugins, verify
+from ktframe.cli import cluster, config, eval, fit, plugins, verify
 from ktframe.errors import KtframeError
 
-COMMANDS = (fit, verify, cluster, config, plugins)
+COMMANDS = (fit, eval, verify, cluster, config, plugins)
 
 
 class Parser(argparse.ArgumentParser):

@@ -98,6 +98,15 @@ def _logger(cfg: DictConfig, run_id: str, run_dir: Path):
     raise InputError(f"logger.kind must be one of {', '.join(LOGGERS)}; got {kind!r}")
 
 
+def _figures(module: KMeansTransformerModule, cfg: DictConfig, run_dir: Path, logger) -> None:
+    """Pictures of the trained model on the first validation tasks, into ``run_dir/figures``."""
+    from ktframe.training import figures
+    from ktframe.training.data import draw
+
+    X, C0, labels = draw(cfg.data, min(8, cfg.data.val_tasks), torch.Generator().manual_seed(cfg.data.val_seed))
+    figures.save(figures.training_figures(module.model.cpu(), X, C0, labels), run_dir / "figures", logger or None)
+
+
 def train(cfg: DictConfig) -> RunResult:
     run_id, run_dir, ckpt = _run_folder(cfg)
     os.environ[RUN_ID_ENV] = run_id
@@ -148,6 +157,7 @@ def train(cfg: DictConfig) -> RunResult:
         "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
     }
     if trainer.is_global_zero:
+        _figures(module, cfg, run_dir, logger)
         if logger and cfg.logger.kind == "wandb" and logger.experiment.settings.mode == "offline":
             summary["wandb_sync"] = f"wandb sync {logger.experiment.dir.rsplit('/files', 1)[0]}"
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

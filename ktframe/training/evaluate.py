@@ -1,0 +1,111 @@
+"""The paper's evaluation protocol for a trained checkpoint.
+
+Unseen tasks; the trained layer applied ``steps`` times with re-embedding; beside it, from the
+same initial centers, Lloyd's algorithm; and, seeded on their own, plain k-means++ + Lloyd and
+greedy k-means++ + Lloyd. Figure of merit: the mean over tasks of log Σ_i min_j ‖x_i − c_j‖², at
+every step. Initial centers random data points or k-means++; any n; any distribution family.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+from ktframe import reference
+from ktframe.errors import InputError
+from ktframe.training.config import Config, _check_keys, _parse_overrides
+from ktframe.training.data import draw
+from ktframe.training.module import model_from_config
+
+METHODS = ("model", "lloyd", "kmeans++", "greedy-kmeans++")
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict, torch.nn.Module]:
+    """The training config and the trained model of a Lightning checkpoint, read with
+    ``weights_only=True``: a file that would need to run code to load is refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such checkpoint file")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (zipfile.BadZipFile, EOFError, RuntimeError) as exc:
+        raise InputError(f"{path}: not a readable checkpoint (truncated or corrupt: {str(exc).splitlines()[0]})") from None
+    except Exception as exc:  # the unpickler refusing a global: the file wants to run code
+        raise InputError(f"{path}: refused to load ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); ktframe loads checkpoints with weights_only=True") from None
+    try:
+        config = checkpoint["hyper_parameters"]["config"]
+        state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items() if key.startswith("model.")}
+    except (KeyError, TypeError, AttributeError):
+        raise InputError(f"{path}: not a ktframe training checkpoint (no hyper_parameters.config / state_dict)") from None
+    model = model_from_config(config)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:
+        raise InputError(f"{path}: weights do not fit the model its config describes ({str(exc).splitlines()[0]})") from None
+    return config, model.eval()
+
+
+def eval_config(config: dict, overrides: list[str]) -> dict:
+    """The checkpoint's eval settings, with ``eval.*`` / ``data.family`` overrides applied."""
+    values = _parse_overrides(overrides)
+    _check_keys(values, Config)
+    merged = OmegaConf.merge(OmegaConf.structured(Config), config, values)
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def _log_means(X: torch.Tensor, trajectory: torch.Tensor) -> torch.Tensor:
+    """Per step: log of the objective of every task, ``(B, T + 1)``."""
+    return torch.stack([reference.objective(X, trajectory[:, t]).log() for t in range(trajectory.shape[1])], dim=1)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
+    data, ev = config["data"], config["eval"]
+    family = ev["family"] or data["family"]
+    data_cfg = OmegaConf.create(data)
+    settings = []
+    for init in ev["inits"]:
+        for n in ev["ns"]:
+            if n < data["k"]:
+                raise InputError(f"eval.ns holds n={n}, fewer points than k={data['k']}; expected every n >= k")
+            generator = torch.Generator().manual_seed(ev["seed"] * 100_003 + n)  # the same tasks for every init
+            sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in METHODS}
+            for start in range(0, ev["tasks"], ev["batch_size"]):
+                batch = min(ev["batch_size"], ev["tasks"] - start)
+                X, C0, _ = draw(data_cfg, batch, generator, n=n, family=family, init=init)
+                plain = reference.kmeans_plusplus(X, data["k"], generator)
+                greedy = reference.kmeans_plusplus(X, data["k"], generator, greedy=True)
+                runs = {
+                    "model": model(X, C0, n_steps=ev["steps"], reembed=True).trajectory,
+                    "lloyd": reference.lloyd(X, C0, ev["steps"]).trajectory,
+                    "kmeans++": reference.lloyd(X, plain, ev["steps"]).trajectory,
+                    "greedy-kmeans++": reference.lloyd(X, greedy, ev["steps"]).trajectory,
+                }
+                for method, trajectory in runs.items():
+                    sums[method] += _log_means(X.double(), trajectory.double()).sum(dim=0)
+            settings.append({"init": init, "n": n, "log_objective": {m: (s / ev["tasks"]).tolist() for m, s in sums.items()}})
+    primary = next((s for s in settings if s["n"] == data["n"]), settings[0])
+    return {
+        "family": family,
+        "tasks": ev["tasks"],
+        "steps": ev["steps"],
+        "primary": {"init": primary["init"], "n": primary["n"]},
+        "log_objective": primary["log_objective"],
+        "settings": settings,
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    lines = [
+        f"{report['tasks']} unseen {report['family']} tasks, {report['steps']} steps; mean log objective at the last step (and at step 1)",
+        f"{'init':<9} {'n':>5}  " + "  ".join(f"{m:>17}" for m in METHODS) + f"  {'model - lloyd':>13}",
+    ]
+    for s in report["settings"]:
+        lo = s["log_objective"]
+        cells = "  ".join(f"{lo[m][-1]:>8.4f} ({lo[m][1]:>6.3f})" for m in METHODS)
+        lines.append(f"{s['init']:<9} {s['n']:>5}  {cells}  {lo['model'][-1] - lo['lloyd'][-1]:>+13.4f}")
+    return "\n".join(lines)

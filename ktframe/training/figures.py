@@ -1,0 +1,118 @@
+"""The pictures a user of this work expects: objective per step, center trajectories on a task,
+learned QᵀK beside the hand-built ones, attention maps. Saved as PNG and, given a logger that
+takes images (W&B), logged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display is needed or assumed
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+from ktframe import reference  # noqa: E402
+from ktframe.variant import build_model  # noqa: E402
+
+HEADS = ("point_cross", "point_self", "center_cross", "center_self")
+LABELS = {"model": "learned model", "lloyd": "Lloyd (same start)", "kmeans++": "k-means++ + Lloyd", "greedy-kmeans++": "greedy k-means++ + Lloyd"}
+
+
+def objective_figure(log_objective: dict[str, list[float]], title: str = "") -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, values in log_objective.items():
+        ax.plot(range(len(values)), values, marker="o", markersize=3, label=LABELS.get(method, method))
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean log objective")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def trajectory_figure(X: torch.Tensor, trajectory: torch.Tensor, labels: torch.Tensor | None = None, title: str = "") -> plt.Figure:
+    """One task: its points (first two coordinates) and the path of every center."""
+    fig, ax = plt.subplots(figsize=(5, 5))
+    ax.scatter(X[:, 0], X[:, 1], s=6, c=labels if labels is not None else "0.6", cmap="tab10", alpha=0.6)
+    for j in range(trajectory.shape[1]):
+        path = trajectory[:, j]
+        ax.plot(path[:, 0], path[:, 1], "-", color="black", linewidth=1)
+        ax.plot(path[0, 0], path[0, 1], "o", color="white", markeredgecolor="black", markersize=6)
+        ax.plot(path[-1, 0], path[-1, 1], "*", color="red", markersize=11)
+    ax.set_title(title or "center trajectories (o start, * end)")
+    fig.tight_layout()
+    return fig
+
+
+def _qk(head) -> torch.Tensor:
+    return (head.q.matrix.T @ head.k.matrix).detach().cpu()
+
+
+def qk_figure(model, d: int, k: int) -> plt.Figure:
+    """Each head's QᵀK, learned (top) beside the hand-built ``lloyd`` construction's (bottom)."""
+    layer, built = model.layers[0], build_model("lloyd", d=d, k=k, n_layers=1).layers[0]
+    fig, axes = plt.subplots(2, 4, figsize=(16, 8))
+    for col, name in enumerate(HEADS):
+        for row, (source, label) in enumerate(((layer, "learned"), (built, "hand-built"))):
+            image = _qk(getattr(source, name))
+            limit = float(image.abs().max()) or 1.0
+            axes[row, col].imshow(image, cmap="RdBu_r", vmin=-limit, vmax=limit)
+            axes[row, col].set_title(f"{label} {name} QᵀK")
+            axes[row, col].axis("off")
+    fig.tight_layout()
+    return fig
+
+
+@torch.no_grad()
+def attention_figure(model, X: torch.Tensor, C0: torch.Tensor) -> plt.Figure:
+    """The four attention maps of the first step on one task (softmax weights, dropout off)."""
+    points, centers = model.embedding.points(X, model.k), model.embedding.centers(C0)
+    layer = model.layers[0]
+    p, c = layer.point_norm(points), layer.center_norm(centers)
+    maps = {"point_cross": layer.point_cross.weights(p, c), "point_self": layer.point_self.weights(p, p)}
+    new_points, _ = layer(points.clone(), centers.clone())
+    p_new = layer.point_norm(new_points)
+    maps["center_cross"] = layer.center_cross.weights(c, p_new)
+    maps["center_self"] = layer.center_self.weights(c, c)
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.5))
+    for ax, name in zip(axes, HEADS):
+        weights = maps[name][0].cpu()
+        ax.imshow(weights, aspect="auto", cmap="viridis", interpolation="nearest")
+        ax.set_title(f"{name} {tuple(weights.shape)}")
+    fig.tight_layout()
+    return fig
+
+
+@torch.no_grad()
+def training_figures(model, X: torch.Tensor, C0: torch.Tensor, labels: torch.Tensor, steps: int = 10) -> dict[str, plt.Figure]:
+    """The pictures of a trained model on validation tasks ``X (B, n, d)``."""
+    model.eval()
+    traj = model(X, C0, n_steps=steps, reembed=True).trajectory
+    lloyd = reference.lloyd(X, C0, steps).trajectory
+    plain = reference.lloyd(X, reference.kmeans_plusplus(X, model.k, torch.Generator().manual_seed(0)), steps).trajectory
+
+    def curve(trajectory):
+        return [reference.objective(X, trajectory[:, t]).log().mean().item() for t in range(steps + 1)]
+
+    return {
+        "objective": objective_figure({"model": curve(traj), "lloyd": curve(lloyd), "kmeans++": curve(plain)}, "validation tasks"),
+        "trajectories": trajectory_figure(X[0].cpu(), traj[0].cpu(), labels[0].cpu(), "model: center trajectories on a validation task"),
+        "qk": qk_figure(model, model.d, model.k),
+        "attention": attention_figure(model, X[:1], C0[:1]),
+    }
+
+
+def save(figures: dict[str, plt.Figure], folder: Path, logger=None) -> list[Path]:
+    """Write every figure as ``folder/NAME.png``; log them too when the logger takes images."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in figures.items():
+        path = folder / f"{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    if logger is not None and hasattr(logger, "log_image"):
+        for path in paths:
+            logger.log_image(key=f"figures/{path.stem}", images=[str(path)])
+    return paths
