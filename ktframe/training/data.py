@@ -19,26 +19,25 @@ def draw(cfg, batch: int, generator: torch.Generator, *, n: int | None = None, f
 
 
 class TaskStream(IterableDataset):
-    """An endless stream of batches of tasks. The seed mixes the base seed, the DDP rank and the
-    worker id, so no two producers repeat each other; a restart at the same point of a run does
-    not replay the same tasks either, since ``epoch`` (the resume count) is mixed in too."""
+    """An endless stream of batches of tasks. The seed mixes the base seed, the DDP rank, the
+    worker id and the step the stream starts at, so no two producers repeat each other and a
+    resumed run does not replay the tasks it has already seen."""
 
-    def __init__(self, cfg, rank: int = 0, epoch: int = 0) -> None:
-        self.cfg, self.rank, self.epoch = cfg, rank, epoch
+    def __init__(self, cfg, rank: int = 0, start_step: int = 0) -> None:
+        self.cfg, self.rank, self.start_step = cfg, rank, start_step
 
     def __iter__(self):
         worker = get_worker_info()
         worker_id = worker.id if worker is not None else 0
-        generator = torch.Generator().manual_seed(hash((self.cfg.seed, self.rank, worker_id, self.epoch)) & 0x7FFF_FFFF_FFFF)
+        generator = torch.Generator().manual_seed(hash((self.cfg.seed, self.rank, worker_id, self.start_step)) & 0x7FFF_FFFF_FFFF)
         while True:
             yield draw(self.cfg, self.cfg.batch_size, generator)
 
 
 class TaskDataModule(L.LightningDataModule):
-    def __init__(self, cfg) -> None:
+    def __init__(self, cfg, start_step: int = 0) -> None:
         super().__init__()
-        self.cfg = cfg
-        self.resumes = 0
+        self.cfg, self.start_step = cfg, start_step
 
     def setup(self, stage: str | None = None) -> None:
         generator = torch.Generator().manual_seed(self.cfg.val_seed)
@@ -46,7 +45,7 @@ class TaskDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         rank = self.trainer.global_rank if self.trainer is not None else 0
-        stream = TaskStream(self.cfg, rank=rank, epoch=self.resumes)
+        stream = TaskStream(self.cfg, rank=rank, start_step=self.start_step)
         return DataLoader(stream, batch_size=None, num_workers=self.cfg.num_workers, persistent_workers=self.cfg.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:

@@ -3,11 +3,16 @@ exactly (a sum of sums), whatever the number of tasks each rank saw."""
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torchmetrics import Metric
 from torchmetrics.functional.clustering import adjusted_rand_score, normalized_mutual_info_score
 
 from ktframe import reference
+
+# torchmetrics' clustering scores build sparse contingency tables and torch warns on each one.
+warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled", category=UserWarning)
 
 
 class _TaskMean(Metric):

@@ -68,6 +68,23 @@ class KMeansTransformerModule(L.LightningModule):
         self.log_dict(values)
         self.val_metrics.reset()
 
+    # Resumed from a checkpoint written at a validation (as last.ckpt always is), Lightning does not
+    # rerun that validation but steps the plateau scheduler on val/ratio at once, and fails: nothing
+    # in the new process has logged it yet. The checkpoint's scheduler state predates that step, so
+    # the checkpoint carries the value and a resumed run hands it back, as an unbroken run would.
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        ratio = self.trainer.callback_metrics.get("val/ratio")
+        if ratio is not None:
+            checkpoint["val_ratio"] = float(ratio)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._resumed_val_ratio = checkpoint.get("val_ratio")
+
+    def on_train_start(self) -> None:
+        ratio = getattr(self, "_resumed_val_ratio", None)
+        if ratio is not None and "val/ratio" not in self.trainer.callback_metrics:
+            self.trainer.callback_metrics["val/ratio"] = torch.tensor(ratio)
+
     def configure_optimizers(self):
         optim = self.config["optim"]
         optimizer = torch.optim.Adam(self.parameters(), lr=optim["lr"])

@@ -9,6 +9,7 @@ inherit, so every rank agrees.
 
 from __future__ import annotations
 
+import csv
 import json
 import netrc
 import os
@@ -29,6 +30,8 @@ from ktframe.training.data import TaskDataModule
 from ktframe.training.module import KMeansTransformerModule
 
 RUN_ID_ENV = "KTFRAME_RUN_ID"
+RUN_DIR_ENV = "KTFRAME_RUN_DIR"  # set by train() for the processes DDP launches, then removed
+CHECKPOINT_ENV = "KTFRAME_RESUME_FROM"
 LOGGERS = ("wandb", "csv", "tensorboard", "none")
 
 
@@ -52,26 +55,32 @@ def _wandb_has_key() -> bool:
         return False
 
 
+def _checkpoint_run_id(ckpt: Path) -> str:
+    return torch.load(ckpt, map_location="cpu", weights_only=True)["hyper_parameters"]["config"]["run_id"]
+
+
 def _run_folder(cfg: DictConfig) -> tuple[str, Path, Path | None]:
-    """The run id, the run folder and the checkpoint to resume from (if any)."""
+    """The run id, the run folder and the checkpoint to resume from (if any). A process that
+    Lightning's DDP launched takes all three from the environment its parent set, so that no rank
+    can pick another folder or checkpoint."""
+    if os.environ.get(RUN_DIR_ENV):
+        ckpt = os.environ.get(CHECKPOINT_ENV)
+        return os.environ[RUN_ID_ENV], Path(os.environ[RUN_DIR_ENV]), Path(ckpt) if ckpt else None
     root = Path(cfg.root)
-    resume = cfg.resume
-    if resume not in (None, "auto"):
-        ckpt = Path(resume)
+    if cfg.resume not in (None, "auto"):
+        ckpt = Path(cfg.resume)
         if not ckpt.is_file():
-            raise InputError(f"resume={resume}: no such checkpoint file; expected resume=auto or the path of a .ckpt file")
-        run_id = torch.load(ckpt, map_location="cpu", weights_only=True)["hyper_parameters"]["config"]["run_id"]
-        return run_id, ckpt.parent.parent, ckpt
-    run_id = cfg.run_id or os.environ.get(RUN_ID_ENV)
-    if resume == "auto" and run_id is None and cfg.name is None:
-        runs = sorted((p for p in root.glob("*/checkpoints/last.ckpt")), key=lambda p: p.stat().st_mtime)
-        if runs:
-            last = runs[-1]
-            return torch.load(last, map_location="cpu", weights_only=True)["hyper_parameters"]["config"]["run_id"], last.parent.parent, last
-    run_id = run_id or new_run_id()
-    run_dir = root / (cfg.name or run_id)
-    last = run_dir / "checkpoints" / "last.ckpt"
-    return run_id, run_dir, (last if resume == "auto" and last.is_file() else None)
+            raise InputError(f"resume={cfg.resume}: no such checkpoint file; expected resume=auto or the path of a .ckpt file")
+        return _checkpoint_run_id(ckpt), ckpt.parent.parent, ckpt
+    if cfg.resume == "auto":
+        # The named run goes on under its own id (so its W&B run too); unnamed, the latest run.
+        named = cfg.name or cfg.run_id
+        candidates = [root / named / "checkpoints" / "last.ckpt"] if named else sorted(root.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)[-1:]
+        for last in candidates:
+            if last.is_file():
+                return _checkpoint_run_id(last), last.parent.parent, last
+    run_id = cfg.run_id or os.environ.get(RUN_ID_ENV) or new_run_id()
+    return run_id, root / (cfg.name or run_id), None
 
 
 def _logger(cfg: DictConfig, run_id: str, run_dir: Path):
@@ -107,20 +116,50 @@ def _figures(module: KMeansTransformerModule, cfg: DictConfig, run_dir: Path, lo
     figures.save(figures.training_figures(module.model.cpu(), X, C0, labels), run_dir / "figures", logger or None)
 
 
+def _keep_csv_rows(logger, before_step: int) -> None:
+    """Lightning's CSV writer deletes an existing metrics.csv when it starts; a resumed run keeps
+    the rows its earlier part logged up to the checkpoint, and appends to them."""
+    path = Path(logger.log_dir) / "metrics.csv"
+    if not path.is_file():
+        return
+    with path.open(newline="") as file:
+        rows = [row for row in csv.DictReader(file) if row.get("step", "").isdigit() and int(row["step"]) < before_step]
+    writer = logger.experiment  # created now: it deletes the file
+    writer.metrics[:0] = rows
+    writer.save()
+
+
 def train(cfg: DictConfig) -> RunResult:
     run_id, run_dir, ckpt = _run_folder(cfg)
-    os.environ[RUN_ID_ENV] = run_id
+    # For the processes Lightning's DDP launches (they re-run this command): same id, same folder,
+    # same checkpoint. Restored afterwards, so that another train() in this process starts afresh.
+    saved = {name: os.environ.get(name) for name in (RUN_ID_ENV, RUN_DIR_ENV, CHECKPOINT_ENV)}
+    os.environ.update({RUN_ID_ENV: run_id, RUN_DIR_ENV: str(run_dir), CHECKPOINT_ENV: str(ckpt or "")})
+    try:
+        return _train(cfg, run_id, run_dir, ckpt)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> RunResult:
     cfg.run_id = run_id
     config = to_dict(cfg)
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     module = KMeansTransformerModule(config)
-    data = TaskDataModule(cfg.data)
-    data.resumes = 0 if ckpt is None else 1 + torch.load(ckpt, map_location="cpu", weights_only=True).get("global_step", 0)
+    start_step = 0 if ckpt is None else torch.load(ckpt, map_location="cpu", weights_only=True).get("global_step", 0)
+    data = TaskDataModule(cfg.data, start_step=start_step)
 
+    # Two callbacks: Lightning (2.6) writes a save_last checkpoint only when the monitored one
+    # improved, and resuming needs the latest state after every validation.
     checkpoints = ModelCheckpoint(
         dirpath=run_dir / "checkpoints", filename="best", monitor="val/ratio", mode="min",
-        save_top_k=1, save_last=True, auto_insert_metric_name=False, enable_version_counter=False,
+        save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False,
     )
+    latest = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False)
     logger = _logger(cfg, run_id, run_dir)
     trainer = L.Trainer(
         max_steps=cfg.trainer.max_steps,
@@ -133,7 +172,7 @@ def train(cfg: DictConfig) -> RunResult:
         num_nodes=cfg.trainer.num_nodes,
         precision=cfg.trainer.precision,
         logger=logger,
-        callbacks=[checkpoints],
+        callbacks=[checkpoints, latest],
         log_every_n_steps=cfg.trainer.log_every,
         default_root_dir=str(run_dir),
         enable_progress_bar=cfg.trainer.progress_bar,
@@ -144,6 +183,8 @@ def train(cfg: DictConfig) -> RunResult:
         (run_dir / "config.yaml").write_text(to_yaml(cfg))
         if logger and cfg.logger.kind == "wandb":
             logger.experiment.config.update(config, allow_val_change=True)
+        if logger and cfg.logger.kind == "csv" and ckpt is not None:
+            _keep_csv_rows(logger, before_step=start_step)
     trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None)
 
     summary = {
@@ -151,6 +192,7 @@ def train(cfg: DictConfig) -> RunResult:
         "run_dir": str(run_dir),
         "global_step": trainer.global_step,
         "world_size": trainer.world_size,
+        "rank": trainer.global_rank,  # the CLI reports on rank 0 only
         "best_checkpoint": checkpoints.best_model_path,
         "last_checkpoint": str(run_dir / "checkpoints" / "last.ckpt"),
         "best_val_ratio": float(checkpoints.best_model_score) if checkpoints.best_model_score is not None else None,
@@ -158,7 +200,8 @@ def train(cfg: DictConfig) -> RunResult:
     }
     if trainer.is_global_zero:
         _figures(module, cfg, run_dir, logger)
-        if logger and cfg.logger.kind == "wandb" and logger.experiment.settings.mode == "offline":
+        # wandb records offline mode as "dryrun" in its settings (0.31), as "offline" in older versions
+        if logger and cfg.logger.kind == "wandb" and logger.experiment.settings.mode in ("offline", "dryrun"):
             summary["wandb_sync"] = f"wandb sync {logger.experiment.dir.rsplit('/files', 1)[0]}"
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return RunResult(run_id, run_dir, summary)
