@@ -16,7 +16,7 @@ def run(args) -> int:
     from ktframe.training.run import train
 
     result = train(cfg)
-    if result.summary.get("world_size", 1) == 1 or result.summary.get("rank", 0) == 0:
+    if result.summary["rank"] == 0:  # under DDP every rank returns here; one report
         print(f"run {result.run_id}: {result.summary['global_step']} steps, best val/ratio {result.summary['best_val_ratio']}, folder {result.run_dir}")
         if "wandb_sync" in result.summary:
             print(f"W&B ran offline; upload with: {result.summary['wandb_sync']}")
