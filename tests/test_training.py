@@ -158,6 +158,22 @@ def test_fit_end_to_end_learns_and_writes_its_run_folder(tmp_path):
         assert state["state_dict"] and all(isinstance(t, torch.Tensor) for t in state["state_dict"].values())
     assert torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 60
 
+    # The figures of the trained model are in the run folder.
+    assert sorted(p.name for p in (run_dir / "figures").iterdir()) == ["attention.png", "objective.png", "qk.png", "trajectories.png"]
+
+    # `ktframe eval` runs the paper's protocol on the checkpoint (small: 8 tasks, 5 steps).
+    evaluated = ok(run_cli(["eval", str(checkpoints / "best.ckpt"), "eval.tasks=8", "eval.batch_size=4", "eval.steps=5", "eval.ns=[16,32]", "--json"], tmp_path))
+    report = json.loads(evaluated.stdout)
+    assert set(report["log_objective"]) == {"model", "lloyd", "kmeans++", "greedy-kmeans++"}
+    assert all(len(values) == 6 and all(math.isfinite(v) for v in values) for values in report["log_objective"].values())
+    assert report["primary"] == {"init": "random", "n": 32}  # the training n, the first init
+    assert [(s["init"], s["n"]) for s in report["settings"]] == [("random", 16), ("random", 32), ("kmeans++", 16), ("kmeans++", 32)]
+    # Lloyd never increases the objective; the model and Lloyd share their start.
+    lloyd = report["log_objective"]["lloyd"]
+    assert all(b <= a + 1e-9 for a, b in zip(lloyd, lloyd[1:]))
+    assert report["log_objective"]["model"][0] == pytest.approx(lloyd[0])
+    assert (run_dir / "eval" / "eval.json").is_file() and (run_dir / "eval" / "eval.png").is_file()
+
 
 # --------------------------------------------------------------------------------------------------
 # 2. Two DDP processes on CPU (gloo)
