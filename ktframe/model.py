@@ -85,6 +85,11 @@ class AttentionHead(nn.Module):
     (``scale`` multiplies it, e.g. 1/√d_emb for learned heads). ``identity=True`` is the documented
     limit mode of a reset head whose queries are its keys: with the hand-built weights in the hard
     limit its map is exactly the identity, so it is applied as such, in O(n) instead of O(n²).
+
+    A softmax head whose score has a dot-product form (Euclidean, dot) runs through PyTorch's
+    fused ``scaled_dot_product_attention``: ``−γ‖q − k‖²`` is ``2γ q·k − γ‖k‖²`` up to a constant
+    per query, so the kernel gets scale ``2γ`` and the per-key bias ``−γ‖k‖²`` as its additive
+    mask, and never holds the whole (m, n) weight matrix.
     """
 
     def __init__(
@@ -108,12 +113,14 @@ class AttentionHead(nn.Module):
         self.gamma = float(gamma) * float(scale)
         self.dropout = nn.Dropout(dropout)
         self.identity = identity
+        self.fused = not identity and attention_map.softmax and score.dot_product_form(self.gamma) is not None
 
     @property
-    def row_local(self) -> bool:
-        """Whether the cost per query is independent of how many queries come at once; the
-        linear-attention path shares its Kᵀ V among all queries instead."""
-        return not (self.identity or (self.score.linear and self.map.linear))
+    def needs_row_blocks(self) -> bool:
+        """Whether the layer should feed this head its queries in cache-sized blocks: true of the
+        heads that build their logits explicitly. The fused kernel blocks for itself, and the
+        linear-attention path shares its Kᵀ V among all queries."""
+        return not (self.identity or self.fused or (self.score.linear and self.map.linear))
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return self.attend(queries, *self.project(keys))
@@ -127,6 +134,8 @@ class AttentionHead(nn.Module):
         if self.identity:
             return self.v(queries)
         q = self.q(queries)
+        if self.fused:
+            return self._fused(q, k, v)
         if self.score.linear and self.map.linear:
             return self._linear_attention(q, k, v, queries)
         step = max(1, block // max(1, k.shape[0] * k.shape[1]))
@@ -162,6 +171,14 @@ class AttentionHead(nn.Module):
         if out.stay is not None:
             values = values + out.stay * self.v(queries)
         return values
+
+    def _fused(self, q, k, v):
+        a, b = self.score.dot_product_form(self.gamma)
+        # The per-key bias enters as a (B, 1, 1, n) mask: broadcast over the queries, not stored.
+        mask = (b * k.pow(2).sum(-1))[:, None, None, :] if b else None
+        p = self.dropout.p if self.training else 0.0
+        out = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), attn_mask=mask, dropout_p=p, scale=a)
+        return out.squeeze(1)
 
     def _linear_attention(self, q, k, v, queries):
         # Normalized linear attention is associative: (q Kᵀ) V / (q Kᵀ 1) = q (Kᵀ V) / q (Kᵀ 1),
@@ -254,7 +271,7 @@ class Layer(nn.Module):
             k, v = head.project(keys)
             projected.append((head, *(t.clone() if t is not None and _shares_memory(t, tokens) else t for t in (k, v))))
         B, m = tokens.shape[:2]
-        step = min([max(1, CACHE_BLOCK // (B * k.shape[1])) for head, k, _ in projected if head.row_local], default=m)
+        step = min([max(1, CACHE_BLOCK // (B * k.shape[1])) for head, k, _ in projected if head.needs_row_blocks], default=m)
         for i in range(0, m, step):
             rows = slice(i, i + step)
             updates = [(head.slot, head.attend(queries[:, rows], k, v, CACHE_BLOCK)) for head, k, v in projected]

@@ -28,6 +28,7 @@ class MapOutput:
 class AttentionMap:
     linear = False  # weights are a fixed linear function of the logits (row normalisation)
     shift_invariant = False  # adding a constant to all logits of a query changes nothing
+    softmax = False  # the weights are exactly softmax(logits): a fused attention kernel may apply the map
     description = ""
 
     def __call__(self, logits: torch.Tensor) -> MapOutput:
@@ -40,6 +41,7 @@ class AttentionMap:
 class Softmax(AttentionMap):
     description = "softmax over the keys (the temperature lives in the score)"
     shift_invariant = True
+    softmax = True
 
     def __call__(self, logits):
         return MapOutput(weights=torch.softmax(logits, dim=-1))

@@ -22,6 +22,12 @@ class Score:
         map (softmax, arg-max) needs, and sometimes cheaper."""
         return self(q, k, gamma)
 
+    def dot_product_form(self, gamma: float) -> tuple[float, float] | None:
+        """``(a, b)`` such that the logits are ``a (q·k) + b ‖k‖²`` plus a constant per query, for
+        scores that a fused dot-product attention kernel can compute with a per-key bias; None
+        for the others."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -44,12 +50,18 @@ class Euclidean(Score):
         kk = k.pow(2).sum(-1).unsqueeze(-2).expand(q.shape[0], q.shape[1], k.shape[1])
         return torch.baddbmm(kk, q, k.transpose(-1, -2), beta=-gamma, alpha=2.0 * gamma)
 
+    def dot_product_form(self, gamma):
+        return 2.0 * gamma, -gamma
+
 
 class Dot(Score):
     description = "gamma * q . k"
 
     def __call__(self, q, k, gamma):
         return torch.bmm(q, k.transpose(-1, -2)).mul_(gamma)
+
+    def dot_product_form(self, gamma):
+        return gamma, 0.0
 
 
 class Linear(Score):
