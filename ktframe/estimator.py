@@ -44,6 +44,12 @@ class TransformerKMeans:
     Attributes after ``fit``: ``cluster_centers_ (k, d)``, ``labels_ (n,)``, ``inertia_``,
     ``n_iter_`` (layers applied), ``n_features_in_``. Arrays come back as numpy arrays, or as
     tensors when ``fit`` was given a tensor.
+
+    Many independent tasks at once: ``fit`` also takes ``X`` of shape ``(n_tasks, n_samples,
+    n_features)`` and clusters every task separately in one batched pass; the attributes then
+    gain a leading task axis (``cluster_centers_ (n_tasks, k, d)``, ``labels_ (n_tasks, n)``,
+    ``inertia_ (n_tasks,)``), an ``init`` array has shape ``(n_tasks, k, d)``, and ``predict``,
+    ``transform`` and ``score`` take ``(n_tasks, m, n_features)``.
     """
 
     def __init__(
@@ -96,48 +102,60 @@ class TransformerKMeans:
             options.setdefault("reset", "identity")
         return options
 
-    def _initial_centers(self, X: torch.Tensor, k: int, generator: torch.Generator) -> torch.Tensor:
+    def _initial_centers(self, X: torch.Tensor, k: int, generator: torch.Generator, batched: bool) -> torch.Tensor:
+        B, _, d = X.shape
+        shape, text = ((B, k, d), "(n_tasks, n_clusters, n_features)") if batched else ((k, d), "(n_clusters, n_features)")
         if isinstance(self.init, str):
             if self.init == "k-means++":
                 return reference.kmeans_plusplus(X, k, generator, greedy=True)
             if self.init == "random":
                 return reference.random_points(X, k, generator)
-            raise InputError(f"init must be 'k-means++', 'random' or an array of shape ({k}, {X.shape[-1]}); got {self.init!r}")
+            raise InputError(f"init must be 'k-means++', 'random' or an array of shape {shape}; got {self.init!r}")
         C0 = as_tensor(self.init, "init", X.dtype)
-        check_rank(C0, "init", (2,), f"({k}, {X.shape[-1]})")
-        if tuple(C0.shape) != (k, X.shape[-1]):
-            raise InputError(f"init must have shape (n_clusters, n_features) = ({k}, {X.shape[-1]}); got {tuple(C0.shape)}")
+        check_rank(C0, "init", (len(shape),), f"{text} = {shape}")
+        if tuple(C0.shape) != shape:
+            raise InputError(f"init must have shape {text} = {shape}; got {tuple(C0.shape)}")
         check_finite(C0, "init")
-        return C0.unsqueeze(0)
+        return C0.reshape(B, k, d)
 
-    def _check_X(self, X: Any, *, fitted: bool) -> torch.Tensor:
+    def _check_X(self, X: Any, *, fitted: bool) -> tuple[torch.Tensor, bool]:
+        """``X`` as ``(n_tasks, n, d)``, and whether it came batched."""
         from ktframe.variant import resolve_dtype
 
         tensor = as_tensor(X, "X", resolve_dtype(self.dtype))
-        check_rank(tensor, "X", (2,), "(n_samples, n_features)")
-        check_finite(tensor, "X")  # here, so that the index reported is the (row, column) of X
+        if fitted:
+            expected = f"({self._n_tasks}, n_samples, {self.n_features_in_})" if self._batched else f"(n_samples, {self.n_features_in_})"
+            check_rank(tensor, "X", (3,) if self._batched else (2,), expected)
+        else:
+            check_rank(tensor, "X", (2, 3), "(n_samples, n_features) or (n_tasks, n_samples, n_features)")
+        check_finite(tensor, "X")  # here, so that the index reported is that of X as given
+        batched = tensor.dim() == 3
         tensor = check_points(tensor, "X")
         if fitted and tensor.shape[-1] != self.n_features_in_:
-            raise InputError(f"X has {tensor.shape[-1]} features, but TransformerKMeans was fitted with {self.n_features_in_}; expected shape (n_samples, {self.n_features_in_})")
-        return tensor
+            raise InputError(f"X has {tensor.shape[-1]} features, but TransformerKMeans was fitted with {self.n_features_in_}; expected shape {expected}")
+        if fitted and batched and tensor.shape[0] != self._n_tasks:
+            raise InputError(f"X holds {tensor.shape[0]} tasks, but TransformerKMeans was fitted on {self._n_tasks}; expected shape {expected}")
+        return tensor, batched
 
     def fit(self, X: Any, y: Any = None) -> "TransformerKMeans":
         from ktframe.variant import build_model
 
-        tensor = self._check_X(X, fitted=False)
+        tensor, batched = self._check_X(X, fitted=False)
         k = check_n_clusters(self.n_clusters, tensor.shape[1])
         generator = _generator(self.random_state)
-        C0 = self._initial_centers(tensor, k, generator)
+        C0 = self._initial_centers(tensor, k, generator, batched)
         model = build_model(self.variant, d=tensor.shape[-1], k=k, n_layers=self.n_layers, gamma=self.gamma, dtype=tensor.dtype, **self._model_options())
         with torch.no_grad():
             result = model(tensor, C0)
-        centers = result.centers[0]
-        self._returns_tensor = isinstance(X, torch.Tensor)  # set only once fit succeeds
+        # Set only once fit succeeds: a failed fit leaves a fitted estimator as it was.
+        self._returns_tensor = isinstance(X, torch.Tensor)
+        self._batched, self._n_tasks = batched, tensor.shape[0]
         self.n_features_in_ = tensor.shape[-1]
-        self._centers = centers
-        self.cluster_centers_ = self._out(centers)
-        self.labels_ = self._out(result.labels[0])
-        self.inertia_ = float(reference.objective(tensor, result.centers)[0])
+        self._centers = result.centers
+        self.cluster_centers_ = self._out(result.centers)
+        self.labels_ = self._out(result.labels)
+        inertia = reference.objective(tensor, result.centers)
+        self.inertia_ = inertia.cpu().numpy() if batched else float(inertia[0])
         self.n_iter_ = model.n_layers
         return self
 
@@ -152,22 +170,27 @@ class TransformerKMeans:
         return self._centers
 
     def _out(self, tensor: torch.Tensor) -> Any:
+        """A batched ``(n_tasks, ...)`` result as the caller's kind of array, without the task
+        axis unless the estimator was fitted on many tasks."""
+        tensor = tensor if self._batched else tensor[0]
         return tensor if self._returns_tensor else tensor.cpu().numpy()
 
     def transform(self, X: Any) -> Any:
         """Euclidean distances ``(n, k)`` from every point to every center."""
         centers = self._fitted()
-        tensor = self._check_X(X, fitted=True)
-        return self._out(reference.sqdist(tensor, centers.unsqueeze(0))[0].sqrt())
+        tensor, _ = self._check_X(X, fitted=True)
+        return self._out(reference.sqdist(tensor, centers).sqrt())
 
     def predict(self, X: Any) -> Any:
         """The nearest center of every point (the transformer's assignment head in the hard limit)."""
         centers = self._fitted()
-        tensor = self._check_X(X, fitted=True)
-        return self._out(reference.assign(tensor, centers.unsqueeze(0))[0].argmax(-1))
+        tensor, _ = self._check_X(X, fitted=True)
+        return self._out(reference.assign(tensor, centers).argmax(-1))
 
-    def score(self, X: Any, y: Any = None) -> float:
-        """The opposite of the k-means objective of ``X`` (larger is better, as in scikit-learn)."""
+    def score(self, X: Any, y: Any = None) -> Any:
+        """The opposite of the k-means objective of ``X`` (larger is better, as in scikit-learn);
+        one score per task when fitted on many."""
         centers = self._fitted()
-        tensor = self._check_X(X, fitted=True)
-        return -float(reference.objective(tensor, centers.unsqueeze(0))[0])
+        tensor, _ = self._check_X(X, fitted=True)
+        scores = -reference.objective(tensor, centers)
+        return scores.cpu().numpy() if self._batched else float(scores[0])

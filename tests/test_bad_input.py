@@ -118,9 +118,9 @@ ESTIMATOR_CASES: list[tuple[str, Callable[[], Any], list[str]]] = [
     ("nan-tensor", lambda: fit(torch.tensor(with_value(POINTS, (3, 1), math.nan))), ["X must be finite", "(3, 1)"]),
     ("nan-float32", lambda: fit(with_value(POINTS, (3, 1), math.nan), dtype="float32"), ["X must be finite", "(3, 1)"]),
     # rank and size
-    ("1d", lambda: fit(POINTS[:, 0]), ["X must have shape (n_samples, n_features)", "(20,)"]),
-    ("3d", lambda: fit(POINTS[None]), ["X must have shape (n_samples, n_features)", "(1, 20, 2)"]),
-    ("4d", lambda: fit(POINTS[None, None]), ["X must have shape (n_samples, n_features)", "(1, 1, 20, 2)"]),
+    ("1d", lambda: fit(POINTS[:, 0]), ["X must have shape (n_samples, n_features) or (n_tasks, n_samples, n_features)", "(20,)"]),
+    ("4d", lambda: fit(POINTS[None, None]), ["X must have shape (n_samples, n_features) or (n_tasks, n_samples, n_features)", "(1, 1, 20, 2)"]),
+    ("init-2d-for-tasks", lambda: fit(np.stack([POINTS, POINTS]), init=POINTS[:3]), ["init must have shape (n_tasks, n_clusters, n_features) = (2, 3, 2)", "got (3, 2)"]),
     ("no-points", lambda: fit(np.zeros((0, 2))), ["at least one point", "(1, 0, 2)"]),
     ("no-features", lambda: fit(np.zeros((5, 0))), ["at least one coordinate", "(1, 5, 0)"]),
     # the number of clusters
@@ -148,7 +148,7 @@ ESTIMATOR_CASES: list[tuple[str, Callable[[], Any], list[str]]] = [
     ("init-name", lambda: fit(init="kmeans++"), ["init must be 'k-means++', 'random' or an array of shape (3, 2)", "got 'kmeans++'"]),
     ("init-too-few", lambda: fit(init=POINTS[:2]), ["init must have shape (n_clusters, n_features) = (3, 2)", "got (2, 2)"]),
     ("init-wrong-d", lambda: fit(init=np.zeros((3, 3))), ["init must have shape (n_clusters, n_features) = (3, 2)", "got (3, 3)"]),
-    ("init-1d", lambda: fit(init=np.zeros(3)), ["init must have shape (3, 2)", "(3,)"]),
+    ("init-1d", lambda: fit(init=np.zeros(3)), ["init must have shape (n_clusters, n_features) = (3, 2)", "(3,)"]),
     ("init-nan", lambda: fit(init=with_value(POINTS[:3], (1, 0), math.nan)), ["init must be finite", "nan", "(1, 0)"]),
     # random_state
     ("seed-negative", lambda: fit(random_state=-1), ["random_state must be None, a non-negative integer", "got -1"]),
@@ -159,7 +159,8 @@ ESTIMATOR_CASES: list[tuple[str, Callable[[], Any], list[str]]] = [
     ("transform-wrong-d", lambda: FITTED.transform(np.zeros((4, 1))), ["X has 1 features", "fitted with 2"]),
     ("score-wrong-d", lambda: FITTED.score(np.zeros((4, 3))), ["X has 3 features", "fitted with 2"]),
     ("predict-nan", lambda: FITTED.predict(with_value(POINTS[:4], (2, 1), math.nan)), ["X must be finite", "(2, 1)"]),
-    ("predict-1d", lambda: FITTED.predict(np.zeros(2)), ["X must have shape (n_samples, n_features)", "(2,)"]),
+    ("predict-1d", lambda: FITTED.predict(np.zeros(2)), ["X must have shape (n_samples, 2)", "(2,)"]),
+    ("predict-tasks-on-one", lambda: FITTED.predict(POINTS[None]), ["X must have shape (n_samples, 2)", "(1, 20, 2)"]),
     ("predict-unfitted", lambda: TransformerKMeans(3).predict(POINTS), ["not fitted yet", "fit(X)"]),
     ("set-unknown-param", lambda: TransformerKMeans(3).set_params(n_cluster=2), ["invalid parameter 'n_cluster'", "n_clusters"]),
 ]

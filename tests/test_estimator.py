@@ -212,3 +212,44 @@ def test_predict_before_fit_is_a_clear_error() -> None:
     for method in ("predict", "transform", "score"):
         with pytest.raises(KtframeError, match=r"not fitted yet; call fit\(X\) first"):
             getattr(TransformerKMeans(3), method)(X)
+
+
+# --- many tasks at once -----------------------------------------------------------------------
+
+
+def tasks(n_tasks: int = 5) -> np.ndarray:
+    return np.stack([blobs(n_per=20, d=3, seed=seed)[0] for seed in range(n_tasks)])
+
+
+def test_many_tasks_in_one_fit_equal_one_fit_per_task() -> None:
+    Xs = tasks()
+    starts = np.stack([task[:3] for task in Xs])
+    batched = TransformerKMeans(3, init=starts, n_layers=6).fit(Xs)
+    assert batched.cluster_centers_.shape == (5, 3, 3)
+    assert batched.labels_.shape == (5, 60)
+    assert batched.inertia_.shape == (5,)
+    for t, task in enumerate(Xs):
+        alone = TransformerKMeans(3, init=starts[t], n_layers=6).fit(task)
+        np.testing.assert_allclose(batched.cluster_centers_[t], alone.cluster_centers_, atol=1e-12, rtol=0)
+        np.testing.assert_array_equal(batched.labels_[t], alone.labels_)
+        assert batched.inertia_[t] == pytest.approx(alone.inertia_, rel=1e-12)
+        assert batched.inertia_[t] == pytest.approx(objective(task, alone.cluster_centers_), rel=1e-9)
+
+
+def test_many_tasks_predict_transform_and_score_per_task() -> None:
+    Xs = tasks(3)
+    fitted = TransformerKMeans(3, random_state=0).fit(Xs)
+    np.testing.assert_array_equal(fitted.predict(Xs), fitted.labels_)
+    distances = fitted.transform(Xs)
+    assert distances.shape == (3, 60, 3)
+    np.testing.assert_array_equal(distances.argmin(-1), fitted.labels_)
+    np.testing.assert_allclose(fitted.score(Xs), -fitted.inertia_, rtol=1e-12)
+    with pytest.raises(KtframeError, match=r"fitted on 3; expected shape \(3, n_samples, 3\)"):
+        fitted.predict(Xs[:2])
+
+
+def test_many_tasks_seeded_k_means_plus_plus_reproduces() -> None:
+    Xs = tasks(4)
+    a = TransformerKMeans(3, random_state=7).fit(Xs)
+    b = TransformerKMeans(3, random_state=7).fit(torch.tensor(Xs))
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_.numpy())
