@@ -1,20 +1,17 @@
-"""The exact ``lloyd`` transformer against scikit-learn's Lloyd, per iteration, in one run.
+"""The exact ``lloyd`` transformer against scikit-learn's and faiss's k-means, per iteration, in one run.
 
-Both start from the same initial centers on the same data; the printed figure is a ratio, since
-absolute times on a shared machine mean little. Not a test: nothing here asserts a time.
+All start from the same initial centers on the same data; the printed figures are ratios, since
+absolute times on a shared machine mean little. Not a test: nothing here asserts a time. faiss is
+optional (``pip install -e ".[bench]"``); without it its column is skipped.
 
-    python benchmarks/lloyd_vs_sklearn.py                # n=100 000, d=32, k=100, 10 iterations
-    python benchmarks/lloyd_vs_sklearn.py --n 10000 --k 10
+    python benchmarks/lloyd_vs_sklearn.py                      # n=1e5: d=32 k=100, then d=128 k=1000
+    python benchmarks/lloyd_vs_sklearn.py --settings 10000,2,10 --iterations 20
+    python benchmarks/lloyd_vs_sklearn.py --device cuda        # ktframe on the GPU, the others on CPU
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import os
-import platform
-import statistics
-import time
 import warnings
 
 import numpy as np
@@ -26,59 +23,76 @@ import ktframe
 from ktframe import reference
 from ktframe.tasks import mixture
 
+from common import best_of, machine
 
-def best_of(repeats: int, run) -> tuple[float, object]:
-    times, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = run()
-        times.append(time.perf_counter() - start)
-    return min(times), result
+try:
+    import faiss
+except ImportError:  # optional competitor
+    faiss = None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=100_000)
-    parser.add_argument("--d", type=int, default=32)
-    parser.add_argument("--k", type=int, default=100)
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    args = parser.parse_args()
+def setting(text: str) -> tuple[int, int, int]:
+    n, d, k = (int(v) for v in text.split(","))
+    return n, d, k
 
-    # k-means++ starts, so that no cluster empties: scikit-learn moves an empty cluster's center to
-    # a far point where ktframe keeps it, and the two would then compute different things.
+
+def run_setting(n: int, d: int, k: int, args: argparse.Namespace) -> None:
+    # k-means++ starts, so that no cluster empties: scikit-learn and faiss move an empty cluster's
+    # center elsewhere where ktframe keeps it, and they would then compute different things.
     dtype = getattr(torch, args.dtype)
     generator = torch.Generator().manual_seed(args.seed)
-    X, _ = mixture(1, args.n, args.d, args.k, generator=generator, dtype=dtype)
-    C0 = reference.kmeans_plusplus(X, args.k, generator, greedy=True)
+    X, _ = mixture(1, n, d, k, generator=generator, dtype=dtype)
+    C0 = reference.kmeans_plusplus(X, k, generator)
     X_np, C0_np = X[0].numpy(), C0[0].numpy()
+    iters = args.iterations
 
-    model = ktframe.build_model("lloyd", d=args.d, k=args.k, n_layers=args.iterations, reset="identity", dtype=dtype)
+    model = ktframe.build_model("lloyd", d=d, k=k, n_layers=iters, reset="identity", dtype=dtype).to(args.device)
+    X_dev, C0_dev = X.to(args.device), C0.to(args.device)
 
     def transformer():
         with torch.no_grad():
-            return model(X, C0)
+            return model(X_dev, C0_dev)
 
     def sklearn():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
-            return KMeans(args.k, algorithm="lloyd", init=C0_np, n_init=1, max_iter=args.iterations, tol=0.0).fit(X_np)
+            return KMeans(k, algorithm="lloyd", init=C0_np, n_init=1, max_iter=iters, tol=0.0).fit(X_np)
 
     transformer()  # warm-up: first calls allocate
-    t_model, result = best_of(args.repeats, transformer)
+    t_model, result = best_of(args.repeats, transformer, device=args.device)
     t_sklearn, fitted = best_of(args.repeats, sklearn)
-    per_model = t_model / args.iterations
-    per_sklearn = t_sklearn / fitted.n_iter_
+    centers = result.centers[0].cpu().numpy()
+    per = {"ktframe": t_model / iters, "scikit-learn": t_sklearn / fitted.n_iter_}
+    gaps = {"scikit-learn": np.abs(centers - fitted.cluster_centers_).max() if fitted.n_iter_ == iters else np.nan}
+    if faiss is not None:
+        def faiss_kmeans():
+            # No subsampling (faiss trains on at most 256 points per centroid by default).
+            km = faiss.Kmeans(d, k, niter=iters, max_points_per_centroid=n, seed=args.seed, verbose=False)
+            km.train(np.ascontiguousarray(X_np, dtype=np.float32), init_centroids=np.ascontiguousarray(C0_np, dtype=np.float32))
+            return km
 
-    same = np.abs(result.centers[0].numpy() - fitted.cluster_centers_).max() if fitted.n_iter_ == args.iterations else math.nan
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} ({torch.get_num_threads()} threads)")
-    print(f"data: n={args.n} d={args.d} k={args.k}, {args.dtype}, {args.iterations} iterations from the same k-means++ centers, best of {args.repeats}")
-    print(f"ktframe lloyd (gamma=inf, reset=identity): {per_model * 1e3:8.2f} ms / iteration")
-    print(f"scikit-learn KMeans(algorithm='lloyd'):    {per_sklearn * 1e3:8.2f} ms / iteration ({fitted.n_iter_} iterations)")
-    print(f"max |center difference| after {args.iterations} iterations: {same:.2e}")
-    print(f"ratio ktframe / scikit-learn: {per_model / per_sklearn:.2f}x (below 1 means ktframe is faster)")
+        t_faiss, km = best_of(args.repeats, faiss_kmeans)
+        per["faiss"] = t_faiss / iters
+        gaps["faiss"] = np.abs(centers - km.centroids).max()
+
+    print(f"\nn={n} d={d} k={k}, {args.dtype}, {iters} iterations from the same k-means++ centers, best of {args.repeats}")
+    for name, seconds in per.items():
+        ratio = "" if name == "ktframe" else f"   ktframe / {name}: {per['ktframe'] / seconds:5.2f}x   max |center gap| {gaps[name]:.1e}"
+        print(f"  {name:<13} {seconds * 1e3:9.2f} ms / iteration{ratio}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", type=setting, nargs="+", default=[(100_000, 32, 100), (100_000, 128, 1000)], metavar="N,D,K")
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    print(machine(args.device) + ("" if faiss is None else f"; faiss {faiss.__version__}") + " (ratios below 1: ktframe is faster)")
+    for n, d, k in args.settings:
+        run_setting(n, d, k, args)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
-"""Helpers for writing hand-built constructions: heads made of fixed sparse projections."""
+"""Helpers for writing hand-built constructions: heads made of fixed sparse projections, the heads
+the Lloyd-family variants share, and turning a hand-built model into a learnable one."""
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
 
 from ktframe.components.maps import AttentionMap
 from ktframe.components.scores import Score
-from ktframe.model import AttentionHead, Select
+from ktframe.model import MEMORY_BLOCK, AttentionHead, Layer, Linear, Select
+from ktframe.pluginmanager import registry
 
 
 def coords(start: int, stop: int) -> list[int]:
@@ -35,16 +41,158 @@ def fixed_head(
     v_scale: float = 1.0,
     write: Sequence[int] | None = None,
     identity: bool = False,
+    norm: Callable[[int], nn.Module] | None = None,
+    normed: str = "",
 ) -> AttentionHead:
     """A head whose Q and K read coordinates ``q`` and ``k`` and whose V copies coordinates ``v``
-    (times ``v_scale``) into ``write`` (``v`` itself when not given)."""
+    (times ``v_scale``) into ``write`` (``v`` itself when not given). The projections named in
+    ``normed`` (any of "q", "k", "v") are followed by ``norm(width of the projection)``, a token
+    norm (as in QK-norm)."""
+
+    def project(name: str, source: Sequence[int], scale) -> nn.Module:
+        selected = Select(width, source, scale)
+        return NormedProjection(selected, norm(len(source))) if name in normed else selected
+
     return AttentionHead(
-        Select(width, q, q_scale),
-        Select(width, k, k_scale),
-        Select(width, v, v_scale),
+        project("q", q, q_scale),
+        project("k", k, k_scale),
+        project("v", v, v_scale),
         score,
         attention_map,
         slot=slot(v if write is None else write),
         gamma=gamma,
         identity=identity,
     )
+
+
+class NormedProjection(nn.Sequential):
+    """A projection followed by a token norm; :attr:`matrix` is the projection's."""
+
+    @property
+    def matrix(self) -> torch.Tensor:
+        return self[0].matrix
+
+
+# --- the heads of the Lloyd family ---------------------------------------------------------------
+# Tokens are [x; y] and [c; e_j] (xs: the data coordinates, ys: assignment / index), as in `lloyd`.
+
+
+def assignment_map(gamma: float) -> tuple[AttentionMap, float]:
+    """The map and inverse temperature that choose among keys: a softmax at finite ``gamma``,
+    the arg-max (ties averaged) it tends to at ``gamma=inf``."""
+    if math.isinf(gamma):
+        return registry().get("map", "hardmax")(), 1.0
+    return registry().get("map", "softmax")(), gamma
+
+
+def assignment_head(width: int, xs: Sequence[int], ys: Sequence[int], *, gamma: float, score: Score | None = None, qk_norm: Callable[[int], nn.Module] | None = None) -> AttentionHead:
+    """Point → centers: writes the index of the best-scoring center (Euclidean by default) into
+    the assignment, softly at finite ``gamma``; ``qk_norm`` normalises the queries and keys."""
+    choose, g = assignment_map(gamma)
+    score = registry().get("score", "euclidean")() if score is None else score
+    return fixed_head(width, q=xs, k=xs, v=ys, score=score, attention_map=choose, gamma=g, norm=qk_norm, normed="qk" if qk_norm else "")
+
+
+def reset_head(width: int, on: Sequence[int], erase: Sequence[int]) -> AttentionHead:
+    """Self-attention that erases coordinates ``erase`` of every token: a hard arg-max over
+    coordinates ``on`` picks the token itself (or its exact duplicates, which hold the same
+    ``erase`` coordinates) and writes minus them. Exact at any temperature of the other heads."""
+    reg = registry()
+    return fixed_head(width, q=on, k=on, v=erase, v_scale=-1.0, score=reg.get("score", "euclidean")(), attention_map=reg.get("map", "hardmax")())
+
+
+def mean_head(width: int, xs: Sequence[int], ys: Sequence[int], *, v_norm: Callable[[int], nn.Module] | None = None) -> AttentionHead:
+    """Center → points: normalized linear attention ``e_j·y_i / Σ e_j·y_i'`` writes the
+    (assignment-weighted) mean of the cluster's points (normalised by ``v_norm`` first, if given);
+    an empty cluster keeps its center."""
+    reg = registry()
+    return fixed_head(width, q=ys, k=ys, v=xs, score=reg.get("score", "linear")(), attention_map=reg.get("map", "normalize")(), norm=v_norm, normed="v" if v_norm else "")
+
+
+def cluster_head(width: int, xs: Sequence[int], ys: Sequence[int], attention_map: AttentionMap, *, gamma: float = 1.0) -> AttentionHead:
+    """Center → the points of its own cluster, scored by ``−gamma · ‖c_j − x_i‖² + log y_ij``
+    (the ``cluster-euclidean`` score); ``attention_map`` decides how they are weighed."""
+    score = registry().get("score", "cluster-euclidean")(gate=len(ys))
+    return fixed_head(width, q=list(xs) + list(ys), k=list(xs) + list(ys), v=xs, score=score, attention_map=attention_map, gamma=gamma)
+
+
+def lloyd_family_layer(
+    width: int,
+    xs: Sequence[int],
+    ys: Sequence[int],
+    *,
+    gamma: float,
+    center_cross: AttentionHead,
+    score: Score | None = None,
+    qk_norm: Callable[[int], nn.Module] | None = None,
+    layer: type[Layer] = Layer,
+    **extra,
+) -> Layer:
+    """One layer of a variant of Lloyd's construction: the assignment head (``score``, softmax at
+    finite ``gamma``, queries and keys normalised by ``qk_norm`` if given), exact resets of the
+    assignment and of the center, and the variant's own ``center_cross`` head (the center
+    update). ``layer`` and ``extra`` let a variant add heads of its own."""
+    return layer(
+        point_cross=assignment_head(width, xs, ys, gamma=gamma, score=score, qk_norm=qk_norm),
+        point_self=reset_head(width, xs, ys),
+        center_cross=center_cross,
+        center_self=reset_head(width, ys, xs),
+        **extra,
+    )
+
+
+class HeadGroup(nn.Module):
+    """Heads side by side, each writing its own run of one contiguous slot: multi-head attention
+    whose heads' outputs are concatenated. To a layer it is one head (``slot``, ``project``,
+    ``attend``), so a construction can give a stream several heads where the layer has one,
+    e.g. one head per data coordinate."""
+
+    def __init__(self, width: int, heads: Sequence[AttentionHead]) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(heads)
+        for before, after in zip(heads, heads[1:]):
+            if before.slot.stop != after.slot.start:
+                raise ValueError("the heads of a group write consecutive runs of coordinates, in order")
+        self.slot = slice(heads[0].slot.start, heads[-1].slot.stop)
+        probe = torch.zeros(1, 1, width)
+        self.widths = [(head.k(probe).shape[-1], head.v(probe).shape[-1]) for head in heads]  # how project() concatenates
+
+    @property
+    def needs_row_blocks(self) -> bool:
+        return any(head.needs_row_blocks for head in self.heads)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return self.attend(queries, *self.project(keys))
+
+    def weights(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """The heads' attention maps ``(B, m, n)``, averaged (for inspection and pictures)."""
+        return torch.stack([head.weights(queries, keys) for head in self.heads]).mean(dim=0)
+
+    def project(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        projected = [head.project(keys) for head in self.heads]
+        return torch.cat([k for k, _ in projected], dim=-1), torch.cat([v for _, v in projected], dim=-1)
+
+    def attend(self, queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = MEMORY_BLOCK) -> torch.Tensor:
+        ks = k.split([kw for kw, _ in self.widths], dim=-1)
+        vs = v.split([vw for _, vw in self.widths], dim=-1)
+        return torch.cat([head.attend(queries, hk, hv, block) for head, hk, hv in zip(self.heads, ks, vs)], dim=-1)
+
+
+def stack(make_layer: Callable[[], Layer], n_layers: int, share_weights: bool) -> list[Layer]:
+    """One layer for every step, or a single one that every step shares."""
+    return [make_layer()] if share_weights else [make_layer() for _ in range(n_layers)]
+
+
+def learnable(model: nn.Module) -> nn.Module:
+    """The same model with every fixed projection (:class:`Select`) replaced, in place, by a
+    learnable linear map with bias, initialised to exactly that projection (bias 0): training
+    starts from the hand-built construction and may move away from it."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Select):
+                linear = Linear(child.width, len(child.source), dtype=child.scale.dtype, device=child.scale.device)
+                with torch.no_grad():
+                    linear.weight.copy_(child.matrix)
+                    linear.bias.zero_()
+                setattr(parent, name, linear)
+    return model

@@ -7,7 +7,7 @@ time so that one broken plugin is reported while the others still load.
 Environment:
 - ``KTFRAME_STRICT_PLUGINS=1``: a plugin that fails to load or register is an error, not a warning.
 - ``KTFRAME_DISABLE_PLUGINS=1`` (or a comma-separated list of entry-point names): skip those
-  entry points; the built-in components still load.
+  entry points; the built-in components still load. ``ktframe --no-plugins`` sets it to 1.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ktframe.errors import PluginError
 from ktframe.registry import Entry, Provenance, Registry
 
 ENTRY_POINT_GROUP = "ktframe"
+DISABLE_ENV = "KTFRAME_DISABLE_PLUGINS"
 BUILTIN_PLUGINS = (
     "ktframe.components.scores",
     "ktframe.components.maps",
@@ -76,7 +77,7 @@ def _flag(name: str) -> bool:
 
 
 def _disabled_entry_points() -> set[str] | bool:
-    value = os.environ.get("KTFRAME_DISABLE_PLUGINS", "").strip()
+    value = os.environ.get(DISABLE_ENV, "").strip()
     if value.lower() in ("", "0", "false", "no"):
         return set()
     if value.lower() in ("1", "true", "yes", "all"):
@@ -103,6 +104,8 @@ def _register(pm: pluggy.PluginManager, plugin: Any, provenance: Provenance, fai
         # message spans lines; the CLI prints errors on one.
         raise PluginError(f"{provenance} has an invalid hook: {'; '.join(str(exc).splitlines())}") from None
     except Exception as exc:  # noqa: BLE001 - any failure of a foreign plugin is reported, not fatal
+        if pm.get_plugin(provenance.plugin) is not None:  # pluggy names a plugin before it fails
+            pm.unregister(name=provenance.plugin)
         _fail(failures, PluginFailure(provenance.plugin, provenance.distribution, "register", _error_text(exc)))
         return False
     return True
@@ -208,3 +211,10 @@ def registry() -> Registry:
 def reset() -> None:
     """Forget the loaded plugins (tests and long-running hosts that install plugins at run time)."""
     state.cache_clear()
+
+
+def disable_installed() -> None:
+    """From now on load the built-in components only, no installed plugin, in this process and
+    in those it starts (the ranks Lightning's DDP launches inherit the environment)."""
+    os.environ[DISABLE_ENV] = "1"
+    reset()

@@ -12,6 +12,7 @@ All functions take batches of tasks: ``X (B, n, d)``, centers ``(B, k, d)``.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -43,16 +44,35 @@ def update(X: torch.Tensor, A: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     return torch.where(counts > 0, sums / counts.clamp_min(torch.finfo(X.dtype).tiny), C)
 
 
-def lloyd(X: torch.Tensor, C0: torch.Tensor, n_iter: int) -> ClusteringResult:
-    """``n_iter`` iterations of Lloyd's algorithm from ``C0``."""
+#: One iteration of a clustering algorithm: ``step(X, C) -> (assignments, new centers)``.
+Step = Callable[[torch.Tensor, torch.Tensor], "tuple[torch.Tensor, torch.Tensor]"]
+
+
+def iterate(X: torch.Tensor, C0: torch.Tensor, n_iter: int, step: Step) -> ClusteringResult:
+    """``n_iter`` iterations of ``step`` from ``C0``, every center kept in the trajectory."""
     C = C0
     trajectory = [C0]
     A = torch.zeros(X.shape[0], X.shape[1], C0.shape[1], dtype=X.dtype, device=X.device)
     for _ in range(n_iter):
-        A = assign(X, C)
-        C = update(X, A, C)
+        A, C = step(X, C)
         trajectory.append(C)
     return ClusteringResult(centers=C, assignments=A, trajectory=torch.stack(trajectory, dim=1))
+
+
+def lloyd_step(X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    A = assign(X, C)
+    return A, update(X, A, C)
+
+
+def lloyd(X: torch.Tensor, C0: torch.Tensor, n_iter: int) -> ClusteringResult:
+    """``n_iter`` iterations of Lloyd's algorithm from ``C0``."""
+    return iterate(X, C0, n_iter, lloyd_step)
+
+
+def membership_logits(X: torch.Tensor, C: torch.Tensor, A: torch.Tensor, beta: float) -> torch.Tensor:
+    """``−beta · ‖x_i − c_j‖² + log a_ij`` as ``(B, k, n)``: how the center-update variants score
+    the points of cluster j (−inf outside it; a point shared at a tie enters with its share)."""
+    return (-beta * sqdist(X, C) + A.log()).transpose(1, 2)
 
 
 def objective(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:

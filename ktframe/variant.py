@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -29,7 +29,15 @@ class Variant:
     - ``reference(X, C0, n_iter)`` runs the classical algorithm it must equal, written without
       attention (None when the variant has none); one that depends on the temperature also takes
       a ``gamma`` keyword;
-    - ``tolerance(dtype, gamma)`` is the :class:`Tolerance` ``ktframe verify`` applies.
+    - ``tolerance(dtype, gamma)`` is the :class:`Tolerance` ``ktframe verify`` applies;
+    - ``centers_are_points``: every center the algorithm returns is one of the data points
+      (k-medoids), which ``ktframe verify`` then checks exactly;
+    - ``training``: config overrides that ``ktframe fit variant=NAME`` applies on top of the
+      preset (e.g. ``{"model": {"gamma": 100.0}}``): the setting at which a learnable version of
+      the variant trains sensibly.
+
+    Build options that the reference also takes (``trim``, ``beta``, ``seed``, ...) are passed
+    to it under the same name, so that both run the same algorithm.
     """
 
     name: str
@@ -38,11 +46,16 @@ class Variant:
     build: Callable[..., "KMeansTransformer"]
     reference: Callable[..., ClusteringResult] | None
     tolerance: Callable[[torch.dtype, float], "Tolerance"]
+    centers_are_points: bool = False
+    training: Mapping[str, Any] = field(default_factory=dict)
 
-    def run_reference(self, X: torch.Tensor, C0: torch.Tensor, n_iter: int, gamma: float) -> ClusteringResult:
-        if "gamma" in inspect.signature(self.reference).parameters:
-            return self.reference(X, C0, n_iter, gamma=gamma)
-        return self.reference(X, C0, n_iter)
+    def run_reference(self, X: torch.Tensor, C0: torch.Tensor, n_iter: int, gamma: float, options: Mapping[str, Any] | None = None) -> ClusteringResult:
+        """The reference from ``C0``, given the temperature and those build ``options`` it takes."""
+        params = inspect.signature(self.reference).parameters
+        kwargs = {key: value for key, value in (options or {}).items() if key in params}
+        if "gamma" in params:
+            kwargs["gamma"] = gamma
+        return self.reference(X, C0, n_iter, **kwargs)
 
     def options(self) -> list[str]:
         """The keyword options of ``build`` beyond d, k and n_layers (gamma among them)."""

@@ -54,13 +54,18 @@ def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
     model = build_model(variant, d=d, k=k, n_layers=layers, gamma=gamma, dtype=dtype, **setting.options)
     with torch.no_grad():
         got = model(X, C0)
-    want = spec.run_reference(X, C0, layers, gamma)
+    want = spec.run_reference(X, C0, layers, gamma, setting.options)
 
     errors = (got.trajectory - want.trajectory).abs().amax(dim=(0, 2, 3))  # per layer
     agreement = (got.labels == want.labels).to(torch.float64).mean().item()
     one_hot = ((got.assignments - got.assignments.round()).abs() <= ONE_HOT_ATOL).all(dim=-1).sum().item()
     tolerance = spec.tolerance(dtype, gamma)
     max_error = errors.max().item()
+    passed = tolerance.accepts(max_error, agreement)
+    extra = {}
+    if spec.centers_are_points:
+        extra["centers_are_data_points"] = centers_are_points(X, got.trajectory[:, 1:])
+        passed = passed and extra["centers_are_data_points"]
     return {
         "variant": variant,
         "classical": spec.classical,
@@ -78,8 +83,15 @@ def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
         "log_objective_transformer": _log_objectives(X, got.trajectory),
         "log_objective_reference": _log_objectives(X, want.trajectory),
         "tolerance": {"center_error": tolerance.center_error, "agreement": tolerance.agreement},
-        "passed": tolerance.accepts(max_error, agreement),
+        **extra,
+        "passed": passed,
     }
+
+
+def centers_are_points(X: torch.Tensor, trajectory: torch.Tensor) -> bool:
+    """Whether every center of every step ``(B, T, k, d)`` equals one of its task's points exactly."""
+    centers = trajectory.flatten(1, 2)  # (B, T k, d)
+    return all(bool((centers[b, :, None, :] == X[b, None, :, :]).all(-1).any(-1).all()) for b in range(X.shape[0]))
 
 
 def _log_objectives(X: torch.Tensor, trajectory: torch.Tensor) -> list[float]:
@@ -100,6 +112,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"max center error     {report['max_center_error']:.3e} (at most {report['tolerance']['center_error']:.0e})",
         f"assignment agreement {report['assignment_agreement']:.6f} (at least {report['tolerance']['agreement']:g})",
         f"one-hot rows         {report['one_hot_rows']} of {report['n']} (within {ONE_HOT_ATOL:g})",
+        *([f"centers are data points: {'yes' if report['centers_are_data_points'] else 'NO'}"] if "centers_are_data_points" in report else []),
         "PASS" if report["passed"] else "FAIL",
     ]
     return "\n".join(lines)

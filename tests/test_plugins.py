@@ -25,7 +25,8 @@ from ktframe.errors import PluginError, UnknownNameError
 from ktframe.pluginmanager import BUILTIN_PLUGINS, PluginLoadWarning
 from ktframe.registry import Entry, Provenance, Registry
 
-FIRST_PARTY = ("lloyd", "lloyd-dot")
+# Entry-point names, in the order the plugin manager loads them; each registers the variant of its name.
+FIRST_PARTY = ("kmedoids", "lloyd", "lloyd-dot", "robust", "soft", "spherical", "trimmed")
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def test_third_party_plugin_is_listed_with_its_distribution(cli):
         "registers": {"score": ["manhattan"], "map": ["uniform"], "variant": ["good-lloyd"]},
     }
     variants = {v["name"]: v for v in info["variants"]}
-    assert sorted(variants) == ["good-lloyd", "learned", "lloyd", "lloyd-dot"]
+    assert sorted(variants) == sorted(["good-lloyd", "learned", *FIRST_PARTY])
     assert variants["good-lloyd"]["plugin"] == "good"
     assert variants["good-lloyd"]["distribution"] == "ktframe-good-plugin"
     assert variants["good-lloyd"]["classical"] == "Lloyd's algorithm"
@@ -223,7 +224,7 @@ def test_broken_plugins_are_reported_and_the_rest_still_load(cli):
     # the built-ins, the good plugin and the first-party variants still load ...
     assert_builtins(info)
     assert plugin_names(info) == [*BUILTIN_PLUGINS, "good", *FIRST_PARTY]
-    assert sorted(v["name"] for v in info["variants"]) == ["good-lloyd", "learned", "lloyd", "lloyd-dot"]
+    assert sorted(v["name"] for v in info["variants"]) == sorted(["good-lloyd", "learned", *FIRST_PARTY])
     assert "manhattan" in registered(info, "score")
     # ... and nothing of the plugin that raised halfway is left, not even what its other hook registered
     assert "halfway" not in registered(info, "variant")
@@ -332,7 +333,7 @@ def test_hook_with_wrong_arguments_is_a_one_line_error(installed):
 def test_unknown_variant_lists_the_valid_ones_and_the_closest(cli):
     line = assert_one_line_error(cli["unknown-variant"], "verify")
     assert "unknown variant 'good-loyd'" in line
-    assert "expected one of: good-lloyd, learned, lloyd, lloyd-dot" in line
+    assert f"expected one of: {', '.join(sorted(['good-lloyd', 'learned', *FIRST_PARTY]))}" in line
     assert line.endswith("(did you mean 'good-lloyd'?)")
 
 
@@ -340,7 +341,7 @@ def test_unknown_component_suggests_a_third_party_one(installed):
     installed(GOOD, strict=True)
     with pytest.raises(UnknownNameError) as raised:
         pluginmanager.registry().get("score", "manhatan")
-    assert str(raised.value) == "unknown score 'manhatan'; expected one of: dot, euclidean, linear, manhattan (did you mean 'manhattan'?)"
+    assert str(raised.value) == "unknown score 'manhatan'; expected one of: cluster-euclidean, dot, euclidean, linear, manhattan (did you mean 'manhattan'?)"
 
 
 # (7) disabling entry-point plugins --------------------------------------------------------------
@@ -361,8 +362,9 @@ def test_disable_a_list_skips_just_those(cli):
     run = cli["disable-some"]
     assert run.returncode == 0, run
     info = run.json()
-    assert plugin_names(info) == [*BUILTIN_PLUGINS, "good", "lloyd"]
-    assert sorted(v["name"] for v in info["variants"]) == ["good-lloyd", "learned", "lloyd"]
+    rest = [name for name in FIRST_PARTY if name != "lloyd-dot"]
+    assert plugin_names(info) == [*BUILTIN_PLUGINS, "good", *rest]
+    assert sorted(v["name"] for v in info["variants"]) == sorted(["good-lloyd", "learned", *rest])
     assert "sqnorm" not in registered(info, "embedding")  # lloyd-dot's embedding went with it
     assert info["failures"] == []
 

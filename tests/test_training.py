@@ -31,21 +31,31 @@ TINY = [
 VAL_METRICS = ("val/ratio", "val/objective", "val/log_objective", "val/ari", "val/nmi")
 
 
+def cli_env(home: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without W&B settings or an inherited run id, ``home`` as HOME,
+    the repository on the path, then ``env``."""
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_") and key not in ("NETRC", "KTFRAME_RUN_ID")}
+    environ.update(HOME=str(home), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    return {**environ, **(env or {})}
+
+
+def start_cli(args: list[str], home: Path, *, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``python -m ktframe.cli.main ARGS`` started in ``home``, in a process group of its own."""
+    command = [sys.executable, "-m", "ktframe.cli.main", *args]
+    return subprocess.Popen(command, cwd=home, env=cli_env(home, env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
 def run_cli(args: list[str], home: Path, *, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
     """``python -m ktframe.cli.main ARGS`` in ``home``; on a timeout its whole process group (DDP
     ranks, W&B's service) is killed and the test fails."""
-    environ = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_") and key not in ("NETRC", "KTFRAME_RUN_ID")}
-    environ.update(HOME=str(home), PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    environ.update(env or {})
-    command = [sys.executable, "-m", "ktframe.cli.main", *args]
-    proc = subprocess.Popen(command, cwd=home, env=environ, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = start_cli(args, home, env=env)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
         pytest.fail(f"`ktframe {' '.join(args)}` still running after {timeout} s\n--- stdout\n{stdout[-3000:]}\n--- stderr\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def fit(tmp_path: Path, *overrides: str, logger: str | None = "csv", **kwargs) -> subprocess.CompletedProcess:

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from ktframe import pluginmanager
 from ktframe.cli import cluster, config, eval, fit, plugins, verify
 from ktframe.errors import KtframeError
 
@@ -22,6 +23,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> Parser:
     parser = Parser(prog="ktframe", description="Clustering algorithms written as transformer circuits.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    parser.add_argument("--no-plugins", action="store_true", help="run the core alone: built-in components only, no installed plugin (as KTFRAME_DISABLE_PLUGINS=1)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
     for command in COMMANDS:
@@ -31,6 +33,8 @@ def build_parser() -> Parser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.no_plugins:
+        pluginmanager.disable_installed()
     try:
         return args.run(args) or 0
     except KtframeError as exc:

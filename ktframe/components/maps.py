@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import entmax
 import torch
 
+from ktframe.errors import InputError
 from ktframe.hookspecs import Register, hookimpl
 
 
@@ -97,8 +99,113 @@ class Normalize(AttentionMap):
         return MapOutput(weights=weights, stay=empty.to(logits.dtype) if bool(empty.any()) else None)
 
 
+def _without_empty_rows(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A query whose keys all score −inf (a center whose cluster is empty) has nothing to attend
+    to: it keeps its own value (``stay``), as with the normalized linear map. Its logits are
+    zeroed so that the map itself stays finite. Returns the logits to map and the empty rows."""
+    empty = torch.isneginf(logits).all(dim=-1, keepdim=True)
+    if not bool(empty.any()):
+        return logits, None
+    return logits.masked_fill(empty, 0.0), empty
+
+
+def _finish(weights: torch.Tensor, empty: torch.Tensor | None) -> MapOutput:
+    if empty is None:
+        return MapOutput(weights=weights)
+    return MapOutput(weights=weights.masked_fill(empty, 0.0), stay=empty.to(weights.dtype))
+
+
+class NormMax(AttentionMap):
+    """ℓ∞ norm-max: ``argmax ⟨p, z⟩`` over the simplex subject to ``‖p‖∞ ≤ 1/s``.
+
+    The solution is uniform over the ``s`` largest logits and exactly zero elsewhere; ``s`` keeps
+    all but the ``⌊trim · m⌋`` smallest of the ``m`` finite logits, so −inf keys (outside the
+    query's cluster) never count and the lowest-scoring ``trim`` fraction of the others is cut.
+    ``trim=0`` is the plain average over the finite keys. Equal logits at the cut go to the lower
+    key index. The weights do not depend on the logits' scale, so gradients reach only the values.
+    """
+
+    description = "uniform over the top (1 - trim) fraction of the keys with finite logits, exactly zero elsewhere (norm-max with an l-inf cap)"
+    shift_invariant = True
+
+    def __init__(self, trim: float = 0.05) -> None:
+        if not 0.0 <= float(trim) < 1.0:
+            raise InputError(f"trim must be a fraction in [0, 1); got {trim!r}")
+        self.trim = float(trim)
+
+    def __call__(self, logits):
+        logits, empty = _without_empty_rows(logits)
+        finite = torch.isfinite(logits).sum(dim=-1, keepdim=True).to(torch.float64)
+        keep = finite - torch.floor(self.trim * finite)
+        order = logits.argsort(dim=-1, descending=True, stable=True)
+        rank = torch.empty_like(order).scatter_(-1, order, torch.arange(logits.shape[-1], device=logits.device).expand_as(order))
+        kept = rank < keep.to(rank.dtype)
+        weights = kept.to(logits.dtype) / keep.clamp_min(1.0).to(logits.dtype)
+        return _finish(weights, empty)
+
+    def __repr__(self) -> str:
+        return f"NormMax(trim={self.trim})"
+
+
+class Sparsemax(AttentionMap):
+    """Sparsemax (Martins & Astudillo 2016), the Euclidean projection of the logits onto the
+    simplex, from the ``entmax`` package: weights fall linearly with the logit and are exactly
+    zero below a threshold."""
+
+    description = "sparsemax (entmax package): projection onto the simplex, exactly zero below a threshold"
+    shift_invariant = True
+
+    def __call__(self, logits):
+        logits, empty = _without_empty_rows(logits)
+        return _finish(entmax.sparsemax(logits, dim=-1), empty)
+
+
+class GumbelHardmax(AttentionMap):
+    """Hard Gumbel-softmax: each query picks one key, key i with probability ∝ exp(logit_i)
+    (the Gumbel-max trick), and puts weight 1 on it. With autograd it is straight-through: the
+    forward value is the one-hot pick, the gradient that of ``softmax(logits + noise)``.
+
+    ``seed`` seeds the map's own generator (None: torch's global one); :meth:`reseed` restarts
+    it, so a model that reseeds before every run is reproducible. The noise of a call on logits
+    ``(B, m, n)`` is drawn as ``(m, B, n)`` float64 uniforms: a layer that hands the map its
+    queries in consecutive blocks draws exactly the numbers one call would. ``noise=False`` is
+    the zero-temperature limit: the first key of maximal logit.
+    """
+
+    description = "hard Gumbel-softmax (straight-through): one key per query, sampled with probability proportional to exp(logit); seeded"
+    shift_invariant = True
+
+    def __init__(self, seed: int | None = 0, noise: bool = True) -> None:
+        self.seed, self.noise = seed, noise
+        self.reseed()
+
+    def reseed(self) -> None:
+        self.generator = None if self.seed is None else torch.Generator().manual_seed(int(self.seed))
+
+    def __call__(self, logits):
+        logits, empty = _without_empty_rows(logits)
+        if self.noise:
+            B, m, n = logits.shape
+            uniform = torch.rand(m, B, n, generator=self.generator, dtype=torch.float64).transpose(0, 1)
+            logits = logits - torch.log(-torch.log(uniform)).to(logits)  # + standard Gumbel noise
+        index = logits.argmax(dim=-1)
+        if torch.is_grad_enabled() and logits.requires_grad:
+            soft = torch.softmax(logits, dim=-1)
+            hard = torch.nn.functional.one_hot(index, logits.shape[-1]).to(logits.dtype)
+            return _finish(hard - soft.detach() + soft, empty)
+        if empty is not None:
+            return _finish(torch.nn.functional.one_hot(index, logits.shape[-1]).to(logits.dtype), empty)
+        return MapOutput(index=index)
+
+    def __repr__(self) -> str:
+        return f"GumbelHardmax(seed={self.seed}, noise={self.noise})"
+
+
 @hookimpl
 def ktframe_register_maps(register: Register) -> None:
     register("softmax", Softmax)
     register("hardmax", Hardmax)
     register("normalize", Normalize)
+    register("normmax", NormMax)
+    register("sparsemax", Sparsemax)
+    register("gumbel-hardmax", GumbelHardmax)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ktframe.hookspecs import Register, hookimpl
+from ktframe.reference import sqdist
 
 
 class Score:
@@ -72,8 +75,40 @@ class Linear(Score):
         return torch.bmm(q, k.transpose(-1, -2))
 
 
+class ClusterEuclidean(Score):
+    """``−γ‖q_x − k_x‖² + log(q_y · k_y)``: a center's score for the points of its own cluster.
+
+    The last ``gate`` coordinates of queries and keys are a center's one-hot index and a point's
+    assignment, so a point outside the cluster (``q_y · k_y ≤ 0``) scores −inf and a point shared
+    between clusters takes the log of its share. With soft assignments the log is a soft
+    membership: a softmax over these logits weighs point i by ``y_ij · exp(−γ‖c_j − x_i‖²)``.
+    Distances come from the differences themselves, not from ``‖q‖² − 2 q·k + ‖k‖²``: the maps
+    that rank points by them (trimming, sampling) must rank them as the classical algorithms do.
+    """
+
+    description = "-gamma * ||q_x - k_x||^2 + log(q_y . k_y): distances to the points of the query's cluster (the last `gate` coordinates are index / assignment)"
+
+    def __init__(self, gate: int) -> None:
+        if gate < 1:
+            raise ValueError(f"cluster-euclidean needs gate >= 1 assignment coordinates; got {gate}")
+        self.gate = gate
+
+    def __call__(self, q, k, gamma):
+        g = self.gate
+        distances = sqdist(k[..., :-g], q[..., :-g]).transpose(1, 2)  # (B, m, n), chunked over the keys
+        gate = torch.bmm(q[..., -g:], k[..., -g:].transpose(1, 2))
+        # log(0) = −inf through a `where`, not through log itself, whose gradient there is inf·0 = NaN.
+        member = gate > 0
+        membership = torch.where(member, gate.clamp_min(torch.finfo(gate.dtype).tiny).log(), -math.inf)
+        return distances.mul_(-gamma).add_(membership)
+
+    def __repr__(self) -> str:
+        return f"ClusterEuclidean(gate={self.gate})"
+
+
 @hookimpl
 def ktframe_register_scores(register: Register) -> None:
     register("euclidean", Euclidean)
     register("dot", Dot)
     register("linear", Linear)
+    register("cluster-euclidean", ClusterEuclidean)

@@ -7,15 +7,18 @@ naming the key, the value and the expected type. YAML is read with OmegaConf (a 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ktframe.errors import InputError
 from ktframe.registry import closest
+from ktframe.tasks import FAMILIES
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 DEFAULT_PRESET = "quick"
@@ -49,6 +52,7 @@ class ModelConfig:
     norm: str = "identity"
     scale: Optional[float] = None  # None: 1/sqrt(d_emb)
     dropout: float = 0.01
+    options: dict = field(default_factory=dict)  # the variant's own build options (`ktframe plugins` lists them)
 
 
 @dataclass
@@ -95,6 +99,9 @@ class EvalConfig:
 @dataclass
 class Config:
     preset: str = DEFAULT_PRESET
+    # `variant=NAME`: train a learnable version of variant NAME, at the setting it declares
+    # (model.variant=NAME plus its Variant.training overrides, under the command line's own).
+    variant: Optional[str] = None
     root: str = "runs"
     name: Optional[str] = None
     run_id: Optional[str] = None
@@ -131,6 +138,8 @@ def _read_yaml(path: Path) -> dict:
         loaded = OmegaConf.load(path)
     except OmegaConfBaseException as exc:
         raise InputError(f"{path}: not a valid config ({str(exc).splitlines()[0]})") from None
+    except yaml.constructor.ConstructorError as exc:  # e.g. !!python/object: the safe loader builds none
+        raise InputError(f"{path}: refused: {exc.problem} ({' '.join(str(exc.problem_mark).split())}); config files may hold only plain YAML values, no Python tags") from None
     except Exception as exc:  # the YAML parser's own errors: a syntax error in the file
         raise InputError(f"{path}: YAML syntax error: {' '.join(str(exc).split())}") from None
     values = OmegaConf.to_container(loaded)
@@ -164,12 +173,89 @@ def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     file_values = _read_yaml(path)
     _check_keys(file_values, Config)
     file_values["preset"] = preset
-    cfg = OmegaConf.structured(Config)
+    cfg = merge(file_values, *_variant_defaults(cli), cli)
+    _check_variant(cfg)
+    return cfg
+
+
+def _variant_defaults(cli: dict) -> list[dict]:
+    """The layers ``variant=NAME`` adds between the preset and the command line."""
+    name = cli.get("variant")
+    if name is None:
+        return []
+    chosen = (cli.get("model") or {}).get("variant") if isinstance(cli.get("model"), dict) else None
+    if chosen not in (None, name):
+        raise InputError(f"variant={name} and model.variant={chosen} name different variants; give one of them")
+    from ktframe.variant import get_variant
+
+    defaults = OmegaConf.to_container(OmegaConf.create(dict(get_variant(str(name)).training)))
+    _check_keys(defaults, Config)
+    return [{"model": {"variant": name}}, defaults]
+
+
+def _check_variant(cfg: DictConfig) -> None:
+    """The variant exists and takes the options given, before any training starts."""
+    from ktframe.variant import check_options, get_variant
+
+    check_options(get_variant(cfg.model.variant), dict(cfg.model.options))
+
+
+def merge(*layers: Any) -> DictConfig:
+    """The schema's defaults overlaid with ``layers`` in order, every value checked."""
     try:
-        cfg = OmegaConf.merge(cfg, file_values, cli)
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), *layers)
     except OmegaConfBaseException as exc:
         raise InputError(_type_error(exc)) from None
+    check_values(cfg)
     return cfg
+
+
+LOGGERS = ("wandb", "csv", "tensorboard", "none")
+WANDB_MODES = ("auto", "online", "offline")
+
+# Smallest valid value of each integer key.
+_AT_LEAST = {
+    "data.n": 1, "data.d": 1, "data.k": 1, "data.batch_size": 1, "data.val_tasks": 1, "data.val_batch_size": 1,
+    "data.num_workers": 0, "model.n_layers": 1, "model.unroll": 1, "optim.plateau_patience": 0,
+    "trainer.max_steps": 1, "trainer.val_every": 1, "trainer.log_every": 1, "trainer.num_nodes": 1,
+    "eval.tasks": 1, "eval.steps": 1, "eval.batch_size": 1,
+}  # fmt: skip
+# Keys that must be a number > 0; "inf" is a valid gamma (the hard limit), nothing else's.
+_POSITIVE = {"data.std": False, "model.gamma": True, "optim.lr": False, "optim.loss_lambda": False}
+# Keys whose value is one of a fixed list; names that plugins register are checked where looked up.
+_CHOICES = {"data.family": FAMILIES, "eval.family": (None, *FAMILIES), "logger.kind": LOGGERS, "logger.mode": WANDB_MODES}
+
+
+def _value_error(key: str, value: Any, expected: str) -> InputError:
+    return InputError(f"config key '{key}' must be {expected}; got {value!r}")
+
+
+def check_values(cfg: DictConfig) -> None:
+    """Ranges and choices that the schema's types cannot say, so that a bad value is a one-line
+    error before a run starts rather than a failure (or NaN) deep inside it."""
+    values = {key: OmegaConf.select(cfg, key) for key in (*_AT_LEAST, *_POSITIVE, *_CHOICES)}
+    for key, minimum in _AT_LEAST.items():
+        if values[key] < minimum:
+            raise _value_error(key, values[key], f"an integer >= {minimum}")
+    for key, infinite_ok in _POSITIVE.items():
+        value = values[key]
+        if math.isnan(value) or value <= 0 or (math.isinf(value) and not infinite_ok):
+            raise _value_error(key, value, "a positive number" + (" or inf" if infinite_ok else ""))
+    for key, choices in _CHOICES.items():
+        if values[key] not in choices:
+            raise _value_error(key, values[key], "one of " + ", ".join("null" if c is None else c for c in choices))
+    if not 0 <= cfg.model.dropout < 1:
+        raise _value_error("model.dropout", cfg.model.dropout, "a number in [0, 1)")
+    if not 0 < cfg.optim.plateau_factor < 1:
+        raise _value_error("optim.plateau_factor", cfg.optim.plateau_factor, "a number in (0, 1)")
+    if cfg.model.scale is not None and not (math.isfinite(cfg.model.scale) and cfg.model.scale > 0):
+        raise _value_error("model.scale", cfg.model.scale, "null (for 1/sqrt(d_emb)) or a positive number")
+    if cfg.data.k > cfg.data.n:
+        raise InputError(f"config key 'data.k'={cfg.data.k} exceeds data.n={cfg.data.n}: a task cannot have more clusters than points; expected data.k <= data.n")
+    if not cfg.eval.inits:
+        raise _value_error("eval.inits", [], "a non-empty list of initialiser names")
+    if not cfg.eval.ns or not all(type(n) is int and n >= 1 for n in cfg.eval.ns):
+        raise _value_error("eval.ns", list(cfg.eval.ns), "a non-empty list of integers >= 1")
 
 
 def _type_error(exc: OmegaConfBaseException) -> str:

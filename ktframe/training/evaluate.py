@@ -8,7 +8,6 @@ every step. Initial centers random data points or k-means++; any n; any distribu
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,11 @@ from omegaconf import OmegaConf
 
 from ktframe import reference
 from ktframe.errors import InputError
-from ktframe.training.config import Config, _check_keys, _parse_overrides
+from ktframe.training.checkpoint_io import load_weights, read_checkpoint
+from ktframe.training.config import Config, _check_keys, _parse_overrides, merge, to_dict
 from ktframe.training.data import draw
 from ktframe.training.module import model_from_config
+from ktframe.variant import get_variant
 
 METHODS = ("model", "lloyd", "kmeans++", "greedy-kmeans++")
 
@@ -27,34 +28,32 @@ METHODS = ("model", "lloyd", "kmeans++", "greedy-kmeans++")
 def load_checkpoint(path: str | Path) -> tuple[dict, torch.nn.Module]:
     """The training config and the trained model of a Lightning checkpoint, read with
     ``weights_only=True``: a file that would need to run code to load is refused."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such checkpoint file")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (zipfile.BadZipFile, EOFError, RuntimeError) as exc:
-        raise InputError(f"{path}: not a readable checkpoint (truncated or corrupt: {str(exc).splitlines()[0]})") from None
-    except Exception as exc:  # the unpickler refusing a global: the file wants to run code
-        raise InputError(f"{path}: refused to load ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); ktframe loads checkpoints with weights_only=True") from None
-    try:
-        config = checkpoint["hyper_parameters"]["config"]
-        state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items() if key.startswith("model.")}
-    except (KeyError, TypeError, AttributeError):
-        raise InputError(f"{path}: not a ktframe training checkpoint (no hyper_parameters.config / state_dict)") from None
+    checkpoint = read_checkpoint(path)
+    config = checkpoint["hyper_parameters"]["config"]
+    state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items() if key.startswith("model.")}
     model = model_from_config(config)
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as exc:
-        raise InputError(f"{path}: weights do not fit the model its config describes ({str(exc).splitlines()[0]})") from None
+    load_weights(model, state, path)
     return config, model.eval()
+
+
+# Everything else was fixed by training: the model's shape, the data it was trained on.
+EVAL_OVERRIDES = ("eval.*", "data.family")
+
+
+def _check_eval_overrides(values: dict) -> None:
+    for section, keys in values.items():
+        for key in keys if isinstance(keys, dict) else [None]:
+            name = f"{section}.{key}" if key is not None else section
+            if section != "eval" and name != "data.family":
+                raise InputError(f"{name} cannot be changed at evaluation: the checkpoint fixes it; expected overrides of {' or '.join(EVAL_OVERRIDES)}")
 
 
 def eval_config(config: dict, overrides: list[str]) -> dict:
     """The checkpoint's eval settings, with ``eval.*`` / ``data.family`` overrides applied."""
     values = _parse_overrides(overrides)
     _check_keys(values, Config)
-    merged = OmegaConf.merge(OmegaConf.structured(Config), config, values)
-    return OmegaConf.to_container(merged, resolve=True)
+    _check_eval_overrides(values)
+    return to_dict(merge(config, values))
 
 
 def _log_means(X: torch.Tensor, trajectory: torch.Tensor) -> torch.Tensor:
@@ -67,13 +66,15 @@ def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
     data, ev = config["data"], config["eval"]
     family = ev["family"] or data["family"]
     data_cfg = OmegaConf.create(data)
+    variant = get_variant(config["model"]["variant"])
+    methods = (*METHODS, "reference") if variant.reference is not None else METHODS
     settings = []
     for init in ev["inits"]:
         for n in ev["ns"]:
             if n < data["k"]:
                 raise InputError(f"eval.ns holds n={n}, fewer points than k={data['k']}; expected every n >= k")
             generator = torch.Generator().manual_seed(ev["seed"] * 100_003 + n)  # the same tasks for every init
-            sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in METHODS}
+            sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in methods}
             for start in range(0, ev["tasks"], ev["batch_size"]):
                 batch = min(ev["batch_size"], ev["tasks"] - start)
                 X, C0, _ = draw(data_cfg, batch, generator, n=n, family=family, init=init)
@@ -85,11 +86,15 @@ def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
                     "kmeans++": reference.lloyd(X, plain, ev["steps"]).trajectory,
                     "greedy-kmeans++": reference.lloyd(X, greedy, ev["steps"]).trajectory,
                 }
+                if variant.reference is not None:  # the classical algorithm the model's variant claims
+                    runs["reference"] = variant.run_reference(X, C0, ev["steps"], config["model"]["gamma"], config["model"].get("options")).trajectory
                 for method, trajectory in runs.items():
                     sums[method] += _log_means(X.double(), trajectory.double()).sum(dim=0)
             settings.append({"init": init, "n": n, "log_objective": {m: (s / ev["tasks"]).tolist() for m, s in sums.items()}})
     primary = next((s for s in settings if s["n"] == data["n"]), settings[0])
     return {
+        "variant": variant.name,
+        "reference": variant.classical if variant.reference is not None else None,
         "family": family,
         "tasks": ev["tasks"],
         "steps": ev["steps"],
@@ -101,11 +106,12 @@ def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
 
 def format_table(report: dict[str, Any]) -> str:
     lines = [
+        *([f"variant {report['variant']}; reference: {report['reference']}"] if report.get("reference") else []),
         f"{report['tasks']} unseen {report['family']} tasks, {report['steps']} steps; mean log objective at the last step (and at step 1)",
-        f"{'init':<9} {'n':>5}  " + "  ".join(f"{m:>17}" for m in METHODS) + f"  {'model - lloyd':>13}",
+        f"{'init':<9} {'n':>5}  " + "  ".join(f"{m:>17}" for m in report["log_objective"]) + f"  {'model - lloyd':>13}",
     ]
     for s in report["settings"]:
         lo = s["log_objective"]
-        cells = "  ".join(f"{lo[m][-1]:>8.4f} ({lo[m][1]:>6.3f})" for m in METHODS)
+        cells = "  ".join(f"{lo[m][-1]:>8.4f} ({lo[m][1]:>6.3f})" for m in lo)
         lines.append(f"{s['init']:<9} {s['n']:>5}  {cells}  {lo['model'][-1] - lo['lloyd'][-1]:>+13.4f}")
     return "\n".join(lines)

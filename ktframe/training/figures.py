@@ -46,7 +46,12 @@ def trajectory_figure(X: torch.Tensor, trajectory: torch.Tensor, labels: torch.T
 
 
 def _qk(head) -> torch.Tensor:
-    return (head.q.matrix.T @ head.k.matrix).detach().cpu()
+    if hasattr(head, "heads"):  # a HeadGroup: the sum of its heads' bilinear forms
+        return sum(_qk(h) for h in head.heads)
+    q, k = head.q.matrix, head.k.matrix
+    if q.shape[0] != k.shape[0]:  # queries and keys of different widths: no bilinear form, drawn blank
+        return torch.zeros(q.shape[1], k.shape[1])
+    return (q.T @ k).detach().cpu()
 
 
 def qk_figure(model, d: int, k: int) -> plt.Figure:

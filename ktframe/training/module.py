@@ -8,6 +8,7 @@ import lightning as L
 import torch
 from torchmetrics import MetricCollection
 
+from ktframe.construction import learnable
 from ktframe.training.loss import softmin_bound
 from ktframe.training.metrics import AdjustedRand, KMeansObjective, MeanLogObjective, NormalizedMutualInfo, RatioToLloyd
 from ktframe.variant import build_model
@@ -17,9 +18,13 @@ _MODEL_OPTIONS = ("embedding", "score", "attention_map", "norm", "scale", "dropo
 
 
 def model_from_config(cfg: dict) -> torch.nn.Module:
+    """The model a config trains. A hand-built variant's projections are fixed, so it trains as
+    its learnable version: the same construction with learnable projections started at it."""
     data, model = cfg["data"], cfg["model"]
-    options = {key: model[key] for key in _MODEL_OPTIONS} if model["variant"] == "learned" else {}
-    return build_model(model["variant"], d=data["d"], k=data["k"], n_layers=model["n_layers"], gamma=model["gamma"], **options)
+    learned = model["variant"] == "learned"
+    options = {**({key: model[key] for key in _MODEL_OPTIONS} if learned else {}), **(model.get("options") or {})}
+    built = build_model(model["variant"], d=data["d"], k=data["k"], n_layers=model["n_layers"], gamma=model["gamma"], **options)
+    return built if learned else learnable(built)
 
 
 class KMeansTransformerModule(L.LightningModule):

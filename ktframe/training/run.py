@@ -21,10 +21,14 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from ktframe.datafile import write_atomically
 from ktframe.errors import InputError
+from ktframe.pluginmanager import registry
+from ktframe.training.checkpoint_io import AtomicCheckpointIO, load_weights, read_checkpoint
 from ktframe.training.config import to_dict, to_yaml
 from ktframe.training.data import TaskDataModule
 from ktframe.training.module import KMeansTransformerModule
@@ -32,7 +36,8 @@ from ktframe.training.module import KMeansTransformerModule
 RUN_ID_ENV = "KTFRAME_RUN_ID"
 RUN_DIR_ENV = "KTFRAME_RUN_DIR"  # set by train() for the processes DDP launches, then removed
 CHECKPOINT_ENV = "KTFRAME_RESUME_FROM"
-LOGGERS = ("wandb", "csv", "tensorboard", "none")
+# The config keys that fix the model's weights: a run cannot go on under other values of them.
+WEIGHT_KEYS = ("model.variant", "data.d", "data.k", "model.n_layers", "model.embedding", "model.score", "model.attention_map", "model.norm", "model.options")
 
 
 @dataclass
@@ -56,7 +61,19 @@ def _wandb_has_key() -> bool:
 
 
 def _checkpoint_run_id(ckpt: Path) -> str:
-    return torch.load(ckpt, map_location="cpu", weights_only=True)["hyper_parameters"]["config"]["run_id"]
+    return read_checkpoint(ckpt)["hyper_parameters"]["config"]["run_id"]
+
+
+def _check_resumable(checkpoint: dict, cfg: DictConfig, module: KMeansTransformerModule, ckpt: Path) -> None:
+    """The checkpoint's weights fit the model this config builds; if not, which keys differ."""
+    trained = OmegaConf.create(checkpoint["hyper_parameters"]["config"])
+    absent = object()  # a key newer than the checkpoint: the load below still checks the weights
+    differ = [key for key in WEIGHT_KEYS if OmegaConf.select(trained, key, default=absent) not in (absent, OmegaConf.select(cfg, key))]
+    if differ:
+        was = " ".join(f"{key}={OmegaConf.select(trained, key)}" for key in differ)
+        now = " ".join(f"{key}={OmegaConf.select(cfg, key)}" for key in differ)
+        raise InputError(f"{ckpt}: cannot resume: the checkpoint was trained with {was}, this run has {now}; expected the same values (add {was}) or a new run name")
+    load_weights(module, checkpoint["state_dict"], ckpt)
 
 
 def _run_folder(cfg: DictConfig) -> tuple[str, Path, Path | None]:
@@ -85,12 +102,12 @@ def _run_folder(cfg: DictConfig) -> tuple[str, Path, Path | None]:
 
 def _logger(cfg: DictConfig, run_id: str, run_dir: Path):
     kind = cfg.logger.kind
-    if kind == "none":
-        return False
     if kind == "csv":
         from lightning.pytorch.loggers import CSVLogger
 
-        return CSVLogger(save_dir=str(run_dir), name="csv", version="")
+        # Rows reach the disk as they are logged, so that a killed run keeps those up to its last
+        # checkpoint and a resumed one goes on from them.
+        return CSVLogger(save_dir=str(run_dir), name="csv", version="", flush_logs_every_n_steps=1)
     if kind == "tensorboard":
         from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -99,12 +116,14 @@ def _logger(cfg: DictConfig, run_id: str, run_dir: Path):
         from lightning.pytorch.loggers import WandbLogger
 
         mode = cfg.logger.mode
+        if mode == "online" and not _wandb_has_key():  # W&B would ask for a key, or fail deep inside
+            raise InputError("logger.mode=online needs a W&B API key (WANDB_API_KEY or `wandb login`) and none is set; expected logger.mode=auto or offline to log offline and sync later")
         offline = mode == "offline" or (mode == "auto" and not _wandb_has_key())
         return WandbLogger(
             project=cfg.logger.project, entity=cfg.logger.entity, name=cfg.name or run_id, id=run_id,
             save_dir=str(run_dir), offline=offline, resume="allow",
         )
-    raise InputError(f"logger.kind must be one of {', '.join(LOGGERS)}; got {kind!r}")
+    return False  # "none": the config's values were checked when it was loaded
 
 
 def _figures(module: KMeansTransformerModule, cfg: DictConfig, run_dir: Path, logger) -> None:
@@ -150,7 +169,12 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
     config = to_dict(cfg)
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     module = KMeansTransformerModule(config)
-    start_step = 0 if ckpt is None else torch.load(ckpt, map_location="cpu", weights_only=True).get("global_step", 0)
+    # What a user can get wrong is found here, before the run folder exists.
+    registry().get("initializer", cfg.data.init)
+    checkpoint = None if ckpt is None else read_checkpoint(ckpt)
+    if checkpoint is not None:
+        _check_resumable(checkpoint, cfg, module, ckpt)
+    start_step = 0 if checkpoint is None else checkpoint.get("global_step", 0)
     data = TaskDataModule(cfg.data, start_step=start_step)
 
     # Two callbacks: Lightning (2.6) writes a save_last checkpoint only when the monitored one
@@ -161,31 +185,16 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
     )
     latest = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False)
     logger = _logger(cfg, run_id, run_dir)
-    trainer = L.Trainer(
-        max_steps=cfg.trainer.max_steps,
-        val_check_interval=cfg.trainer.val_every,
-        check_val_every_n_epoch=None,
-        num_sanity_val_steps=0,
-        accelerator=cfg.trainer.accelerator,
-        devices=cfg.trainer.devices,
-        strategy=cfg.trainer.strategy,
-        num_nodes=cfg.trainer.num_nodes,
-        precision=cfg.trainer.precision,
-        logger=logger,
-        callbacks=[checkpoints, latest],
-        log_every_n_steps=cfg.trainer.log_every,
-        default_root_dir=str(run_dir),
-        enable_progress_bar=cfg.trainer.progress_bar,
-        enable_model_summary=False,
-    )
+    trainer = _trainer(cfg, logger, [checkpoints, latest], run_dir)
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(to_yaml(cfg))
+        write_atomically(run_dir / "config.yaml", [to_yaml(cfg)])
         if logger and cfg.logger.kind == "wandb":
             logger.experiment.config.update(config, allow_val_change=True)
         if logger and cfg.logger.kind == "csv" and ckpt is not None:
             _keep_csv_rows(logger, before_step=start_step)
-    trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None)
+    # weights_only here too: left unset, Lightning's load obeys TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
+    trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
 
     summary = {
         "run_id": run_id,
@@ -203,5 +212,30 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
         # wandb records offline mode as "dryrun" in its settings (0.31), as "offline" in older versions
         if logger and cfg.logger.kind == "wandb" and logger.experiment.settings.mode in ("offline", "dryrun"):
             summary["wandb_sync"] = f"wandb sync {logger.experiment.dir.rsplit('/files', 1)[0]}"
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_atomically(run_dir / "summary.json", [json.dumps(summary, indent=2)])
     return RunResult(run_id, run_dir, summary)
+
+
+def _trainer(cfg: DictConfig, logger, callbacks: list, run_dir: Path) -> L.Trainer:
+    """The Trainer of a run, writing and reading checkpoints through :class:`AtomicCheckpointIO`."""
+    try:
+        return L.Trainer(
+            max_steps=cfg.trainer.max_steps,
+            val_check_interval=cfg.trainer.val_every,
+            check_val_every_n_epoch=None,
+            num_sanity_val_steps=0,
+            accelerator=cfg.trainer.accelerator,
+            devices=cfg.trainer.devices,
+            strategy=cfg.trainer.strategy,
+            num_nodes=cfg.trainer.num_nodes,
+            precision=cfg.trainer.precision,
+            logger=logger,
+            callbacks=callbacks,
+            plugins=[AtomicCheckpointIO()],
+            log_every_n_steps=cfg.trainer.log_every,
+            default_root_dir=str(run_dir),
+            enable_progress_bar=cfg.trainer.progress_bar,
+            enable_model_summary=False,
+        )
+    except (MisconfigurationException, ValueError, TypeError) as exc:  # Lightning's checks of these keys
+        raise InputError(f"invalid trainer.accelerator/devices/strategy/num_nodes/precision: {str(exc).splitlines()[0]}; see docs/training.md") from None
