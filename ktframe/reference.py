@@ -69,6 +69,16 @@ def lloyd(X: torch.Tensor, C0: torch.Tensor, n_iter: int) -> ClusteringResult:
     return iterate(X, C0, n_iter, lloyd_step)
 
 
+def cluster_members(logits: torch.Tensor):
+    """``(b, j, members)`` for every task b and cluster j with a point of finite logit in the
+    ``(B, k, n)`` ``logits`` (as :func:`membership_logits` gives them): the indices of its points."""
+    for b in range(logits.shape[0]):
+        for j in range(logits.shape[1]):
+            members = torch.isfinite(logits[b, j]).nonzero().squeeze(-1)
+            if len(members):
+                yield b, j, members
+
+
 def membership_logits(X: torch.Tensor, C: torch.Tensor, A: torch.Tensor, beta: float) -> torch.Tensor:
     """``−beta · ‖x_i − c_j‖² + log a_ij`` as ``(B, k, n)``: how the center-update variants score
     the points of cluster j (−inf outside it; a point shared at a tie enters with its share)."""

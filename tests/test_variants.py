@@ -10,7 +10,11 @@ points and nearly as good as PAM's.
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import kmedoids
 import numpy as np
@@ -217,9 +221,9 @@ def test_kmedoids_is_randomized_but_reproducible():
     again = run("kmedoids", X, C0, 5, seed=3)
     assert torch.equal(again.trajectory, runs[3].trajectory)  # the same seed, the same medoids
     assert len({tuple(r.trajectory.flatten().tolist()) for r in runs.values()}) > 1  # other seeds, other draws
-    for r in runs.values():
-        assert is_data_point(X, r.centers)
-        want = get_variant("kmedoids").run_reference(X, C0, 5, math.inf, {"seed": 0})
+    assert all(is_data_point(X, r.centers) for r in runs.values())
+    # The reference draws the same noise from the same seed.
+    want = get_variant("kmedoids").run_reference(X, C0, 5, math.inf, {"seed": 0})
     assert torch.equal(runs[0].trajectory, want.trajectory)
 
 
@@ -283,3 +287,66 @@ def test_sphere_norm_and_cluster_euclidean_score():
     k = torch.tensor([[[1.0, 2.0, 1.0, 0.0], [3.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.5, 0.5]]], dtype=torch.float64)  # in, out, shared
     logits = score(q, k, 2.0)
     assert logits.tolist() == [[[-10.0, -math.inf, -4.0 + math.log(0.5)]]]
+
+
+# --- the command line: verify at each documented setting, and fit variant=NAME ------------------
+
+DOCUMENTED = {
+    "soft": ("--gamma", "100", "--dtype", "float64"),
+    "spherical": ("--gamma", "inf", "--dtype", "float64"),
+    "trimmed": ("--gamma", "inf", "--dtype", "float64"),
+    "robust": ("--gamma", "inf", "--dtype", "float64"),
+    "kmedoids": ("--gamma", "inf", "--dtype", "float64"),
+}
+
+
+@pytest.fixture(scope="module")
+def verify_runs():
+    """``ktframe verify`` of every variant at its documented setting (on 400 points), plus
+    trimmed at the default finite gamma; two at a time, each in its own interpreter."""
+    cases = {name: ("--variant", name, *args, "--n", "400", "--layers", "5", "--json") for name, args in DOCUMENTED.items()}
+    cases["trimmed-default"] = ("--variant", "trimmed", "--json")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = dict(zip(cases, pool.map(lambda args: subprocess.run([sys.executable, "-m", "ktframe.cli.main", "verify", *args], capture_output=True, text=True, timeout=600), cases.values())))
+    return done
+
+
+@pytest.mark.parametrize("variant", sorted(DOCUMENTED))
+def test_verify_passes_at_the_documented_setting(verify_runs, variant):
+    proc = verify_runs[variant]
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["passed"] is True and report["variant"] == variant and report["dtype"] == "float64"
+    assert report["max_center_error"] <= 1e-9 and report["assignment_agreement"] == 1.0
+    assert report["center_error_per_layer"][0] == 0.0
+    assert report["log_objective_transformer"][-1] == pytest.approx(report["log_objective_reference"][-1], abs=1e-12)
+    assert report.get("centers_are_data_points") is (True if variant == "kmedoids" else None)
+
+
+def test_verify_trimmed_at_a_finite_gamma_is_a_one_line_error(verify_runs):
+    proc = verify_runs["trimmed-default"]
+    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == ["ktframe verify: error: trimmed needs hard assignments: its norm-max update counts the members of each cluster; use gamma=inf (got gamma=10000)"]
+
+
+def test_fit_variant_shorthand_builds_a_learnable_version():
+    from ktframe.training.config import load_config, to_dict
+    from ktframe.training.module import model_from_config
+
+    cfg = load_config(["variant=robust", "data.n=40", "data.d=2", "data.k=3", "model.options.beta=2.0"])
+    assert (cfg.variant, cfg.model.variant, cfg.model.gamma, cfg.model.options) == ("robust", "robust", 100.0, {"beta": 2.0})
+    assert load_config(["variant=robust", "model.gamma=inf"]).model.gamma == math.inf  # the command line wins
+    model = model_from_config(to_dict(cfg))
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert params and model.layers[0].center_cross.gamma == 2.0  # the option reached the build
+    # It starts at the construction: the same centers as the hand-built robust model.
+    X, C0 = problem(12, d=2, k=3)
+    with torch.no_grad():
+        torch.testing.assert_close(model.double()(X, C0).centers, run("robust", X, C0, 1, gamma=100.0, beta=2.0).centers, atol=1e-12, rtol=0)
+    for overrides, message in (
+        (["variant=robst"], r"^unknown variant 'robst'; expected one of: .* \(did you mean 'robust'\?\)$"),
+        (["variant=robust", "model.variant=soft"], r"^variant=robust and model.variant=soft name different variants; give one of them$"),
+        (["variant=trimmed", "model.options.trimm=0.1"], r"^unknown option 'trimm' for variant 'trimmed'; expected one of: gamma, trim, share_weights \(did you mean 'trim'\?\)$"),
+    ):
+        with pytest.raises(ktframe.KtframeError, match=message):
+            load_config(overrides)

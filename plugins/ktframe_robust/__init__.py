@@ -63,10 +63,8 @@ def robust_kmeans(X: torch.Tensor, C0: torch.Tensor, n_iter: int, *, beta: float
         A = reference.assign(X, C)
         logits = reference.membership_logits(X, C, A, beta)
         new = C.clone()
-        for b, j in torch.cartesian_prod(torch.arange(C.shape[0]), torch.arange(C.shape[1])).tolist():
-            members = torch.isfinite(logits[b, j]).nonzero().squeeze(-1)
-            if len(members) > 0:
-                new[b, j] = simplex_projection(logits[b, j, members]) @ X[b, members]
+        for b, j, members in reference.cluster_members(logits):
+            new[b, j] = simplex_projection(logits[b, j, members]) @ X[b, members]
         return A, new
 
     return reference.iterate(X, C0, n_iter, step)

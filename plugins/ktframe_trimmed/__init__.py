@@ -49,10 +49,7 @@ def trimmed_kmeans(X: torch.Tensor, C0: torch.Tensor, n_iter: int, *, trim: floa
         A = reference.assign(X, C)
         rank = reference.membership_logits(X, C, A, 1.0)  # −‖x − c‖² (+ log of a tie share), −inf outside
         new = C.clone()
-        for b, j in torch.cartesian_prod(torch.arange(C.shape[0]), torch.arange(C.shape[1])).tolist():
-            members = torch.isfinite(rank[b, j]).nonzero().squeeze(-1)
-            if len(members) == 0:
-                continue
+        for b, j, members in reference.cluster_members(rank):
             keep = len(members) - math.floor(trim * len(members))
             nearest = members[rank[b, j, members].argsort(descending=True, stable=True)[:keep]]
             new[b, j] = X[b, nearest].mean(dim=0)
