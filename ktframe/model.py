@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ktframe.components.embeddings import Embedding
-from ktframe.components.maps import AttentionMap
+from ktframe.components.maps import AttentionMap, _exact_index_dtype, hot_index
 from ktframe.components.scores import Score
 from ktframe.reference import assign
 from ktframe.result import ClusteringResult
@@ -88,8 +88,8 @@ class AttentionHead(nn.Module):
 
     A softmax head whose score has a dot-product form (Euclidean, dot) runs through PyTorch's
     fused ``scaled_dot_product_attention``: ``−γ‖q − k‖²`` is ``2γ q·k − γ‖k‖²`` up to a constant
-    per query, so the kernel gets scale ``2γ`` and the per-key bias ``−γ‖k‖²`` as its additive
-    mask, and never holds the whole (m, n) weight matrix.
+    per query, so the kernel gets scale ``2γ`` and the per-key bias ``−γ‖k‖²`` as one more
+    coordinate of the keys, and never holds the whole (m, n) weight matrix.
     """
 
     def __init__(
@@ -174,25 +174,59 @@ class AttentionHead(nn.Module):
 
     def _fused(self, q, k, v):
         a, b = self.score.dot_product_form(self.gamma)
-        # The per-key bias enters as a (B, 1, 1, n) mask: broadcast over the queries, not stored.
-        mask = (b * k.pow(2).sum(-1))[:, None, None, :] if b else None
+        f = v.shape[-1]
+        if b:
+            # The per-key bias b‖k‖² rides in one more coordinate: [q, 1]·[k, (b/a)‖k‖²]. As an
+            # additive mask it would need a gradient, which sends PyTorch's CPU kernel down its
+            # unfused path.
+            q = torch.cat([q, q.new_ones(*q.shape[:-1], 1)], dim=-1)
+            k = torch.cat([k, (b / a) * k.pow(2).sum(-1, keepdim=True)], dim=-1)
+        # The fused kernels want q, k and v of one width: zero coordinates change nothing.
+        width = max(q.shape[-1], f)
+        q, k, v = (torch.nn.functional.pad(t, (0, width - t.shape[-1])) if t.shape[-1] < width else t for t in (q, k, v))
         p = self.dropout.p if self.training else 0.0
-        out = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), attn_mask=mask, dropout_p=p, scale=a)
-        return out.squeeze(1)
+        out = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), dropout_p=p, scale=a)
+        return out.squeeze(1)[..., :f]
 
     def _linear_attention(self, q, k, v, queries):
         # Normalized linear attention is associative: (q Kᵀ) V / (q Kᵀ 1) = q (Kᵀ V) / q (Kᵀ 1),
-        # which costs O(n) per query instead of building the (m, n) weight matrix. Kᵀ V is summed
-        # over blocks of keys, which stay in cache where one product over all keys would not.
-        step = max(1, CACHE_BLOCK // max(1, k.shape[0] * k.shape[-1]))
-        kv = sum(torch.bmm(k[:, i : i + step].transpose(1, 2), v[:, i : i + step]) for i in range(0, k.shape[1], step))
+        # which costs O(n) per query instead of building the (m, n) weight matrix.
+        kv, mass = key_value_sums(k, v)
         numerator = torch.bmm(q, kv)
-        mass = torch.bmm(q, k.sum(dim=1, keepdim=True).transpose(1, 2))
+        mass = torch.bmm(q, mass.unsqueeze(-1))
         empty = mass == 0
         values = numerator / torch.where(empty, torch.ones_like(mass), mass)
         if bool(empty.any()):  # no key matches: the query keeps its own value (an empty cluster stays)
             values = values + empty.to(values.dtype) * self.v(queries)
         return values
+
+
+def key_value_sums(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Σᵢ kᵢ vᵢᵀ`` (B, e, f) and ``Σᵢ kᵢ`` (B, e) over keys ``k`` (B, n, e) and values ``v`` (B, n, f).
+
+    Summed over blocks of keys, which stay in cache where one product over all keys would not.
+    A block in which no key has more than one non-zero coordinate (one-hot assignments) is summed
+    as a scatter, O(n·f) instead of the O(n·e·f) product: for the Lloyd center update, the
+    difference between adding each point to its cluster's sum and multiplying by a one-hot matrix.
+    """
+    B, n, e = k.shape
+    kv = k.new_zeros(B * e, v.shape[-1])
+    mass = k.new_zeros(B * e)
+    step = max(1, CACHE_BLOCK // max(1, B * e))
+    offsets = (torch.arange(B, device=k.device) * e).unsqueeze(-1)
+    for i in range(0, n, step):
+        keys, values = k[:, i : i + step], v[:, i : i + step]
+        nonzero = torch.ne(keys, 0, out=torch.empty_like(keys, dtype=_exact_index_dtype(keys)))
+        if float(nonzero.sum(dim=-1).amax()) <= 1.0:
+            # A key's one non-zero is its row sum; an all-zero key adds 0 to column 0.
+            weight = keys.sum(dim=-1)
+            into = (hot_index(nonzero) + offsets).flatten()
+            kv.index_add_(0, into, (values * weight.unsqueeze(-1)).flatten(0, 1))
+            mass.index_add_(0, into, weight.flatten())
+        else:
+            kv.view(B, e, -1).baddbmm_(keys.transpose(1, 2), values)
+            mass.view(B, e).add_(keys.sum(dim=1))
+    return kv.view(B, e, -1), mass.view(B, e)
 
 
 class FeedForward(nn.Module):

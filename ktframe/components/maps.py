@@ -63,26 +63,44 @@ class Hardmax(AttentionMap):
         self.shift_invariant = threshold is None
 
     def __call__(self, logits):
-        # amax, a global count and an int8 arg-max: on CPU each is several times faster than
-        # max-with-indices and a per-row any over the same block.
         best = logits.amax(dim=-1, keepdim=True)
-        winners = logits == best
+        # Winners as 1.0 / 0.0 in a float tensor of the logits' layout: a float compare, a sum and
+        # a product with 0..n-1 find every winner's index in three vectorised passes, where an
+        # arg-max (or a boolean mask) over the keys is several times slower on CPU.
+        winners = torch.eq(logits, best, out=torch.empty_like(logits, dtype=_exact_index_dtype(logits)))
         if self.threshold is not None:
             supported = best >= self.threshold
             if not bool(supported.all()):
-                winners &= supported
-                weights = winners.to(logits.dtype) / winners.sum(dim=-1, keepdim=True).clamp_min(1).to(logits.dtype)
-                return MapOutput(weights=weights, stay=(~supported).to(logits.dtype))
-        index = winners.view(torch.int8).argmax(dim=-1)
-        if int(torch.count_nonzero(winners)) == index.numel():
+                winners.mul_(supported)
+                weights = winners / winners.sum(dim=-1, keepdim=True).clamp_min(1)
+                return MapOutput(weights=weights.to(logits.dtype), stay=(~supported).to(logits.dtype))
+        count = winners.sum(dim=-1)
+        index = hot_index(winners)
+        tied = count != 1
+        if not bool(tied.any()):
             return MapOutput(index=index)
-        # Exact ties are rare: spell out only the tied rows.
-        tied = torch.count_nonzero(winners, dim=-1) > 1
-        tie_winners = winners[tied].to(logits.dtype)
-        return MapOutput(index=index, ties=(tied.nonzero(), tie_winners / tie_winners.sum(dim=-1, keepdim=True)))
+        # Exact ties are rare: spell out only the tied rows (their index, a sum, is overwritten).
+        index.clamp_(max=logits.shape[-1] - 1)
+        tie_weights = (winners[tied] / count[tied].unsqueeze(-1)).to(logits.dtype)
+        return MapOutput(index=index, ties=(tied.nonzero(), tie_weights))
 
     def __repr__(self) -> str:
         return f"Hardmax(threshold={self.threshold})"
+
+
+def hot_index(mask: torch.Tensor) -> torch.Tensor:
+    """The column of the one 1.0 in each row of a 0/1 float ``mask`` (…, n), as a product with
+    0…n−1 (vectorised, unlike an arg-max on CPU). A row with several ones gets their sum; an empty
+    row gets 0. ``mask`` must be of a type that holds n exactly (see ``_exact_index_dtype``)."""
+    columns = torch.arange(mask.shape[-1], dtype=mask.dtype, device=mask.device)
+    return torch.matmul(mask, columns.unsqueeze(-1)).squeeze(-1).long()
+
+
+def _exact_index_dtype(logits: torch.Tensor) -> torch.dtype:
+    """A float type, at least as wide as the logits', that holds every key index exactly."""
+    if logits.dtype == torch.float64 or logits.shape[-1] > 1 << 24:
+        return torch.float64
+    return torch.float32
 
 
 class Normalize(AttentionMap):

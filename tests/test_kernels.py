@@ -1,0 +1,112 @@
+"""The vectorised pieces of the exact path compute what their plain definitions compute: the
+arg-max map (winners found by a float compare and a product with 0…n−1), and the key-value sums
+of linear attention (a scatter for one-hot keys, a product otherwise)."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ktframe.components.maps import Hardmax, hot_index
+from ktframe.model import CACHE_BLOCK, key_value_sums
+
+
+def plain_hardmax(logits: torch.Tensor) -> torch.Tensor:
+    winners = (logits == logits.amax(dim=-1, keepdim=True)).to(logits.dtype)
+    return winners / winners.sum(dim=-1, keepdim=True)
+
+
+def dense(out, n: int, dtype) -> torch.Tensor:
+    weights = torch.nn.functional.one_hot(out.index, n).to(dtype)
+    if out.ties is not None:
+        rows, tie_weights = out.ties
+        weights[rows[:, 0], rows[:, 1]] = tie_weights
+    return weights
+
+
+@st.composite
+def integer_logits(draw):
+    # Small integers: exact ties are common.
+    B, m, n = draw(st.integers(1, 3)), draw(st.integers(1, 40)), draw(st.integers(1, 300))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
+    logits = torch.randint(-draw(st.integers(0, 5)), 3, (B, n, m), generator=g).to(dtype)
+    # Either layout: the Euclidean score hands the map a keys-major (transposed) view.
+    return logits.transpose(1, 2) if draw(st.booleans()) else logits.transpose(1, 2).contiguous()
+
+
+@settings(max_examples=60, deadline=None)
+@given(logits=integer_logits())
+def test_hardmax_equals_uniform_over_the_maximal_keys(logits):
+    out = Hardmax()(logits)
+    assert out.index.dtype == torch.long and out.weights is None
+    assert int(out.index.min()) >= 0 and int(out.index.max()) < logits.shape[-1]
+    torch.testing.assert_close(dense(out, logits.shape[-1], logits.dtype), plain_hardmax(logits), atol=0, rtol=0)
+
+
+def test_hardmax_tie_weights_are_exact_in_float64():
+    logits = torch.tensor([[[1.0, 3.0, 3.0, 3.0, 0.0]]], dtype=torch.float64)
+    rows, weights = Hardmax()(logits).ties
+    assert rows.tolist() == [[0, 0]]
+    assert weights.dtype == torch.float64 and weights[0, 1].item() == 1 / 3
+
+
+def test_hardmax_threshold_leaves_unsupported_queries_on_themselves():
+    logits = torch.tensor([[[0.0, -3.0], [-5.0, -2.0]]])
+    out = Hardmax(threshold=-1.0)(logits)
+    assert out.weights.tolist() == [[[1.0, 0.0], [0.0, 0.0]]]
+    assert out.stay.tolist() == [[[0.0], [1.0]]]
+
+
+def test_hot_index_finds_the_column_of_every_one():
+    n = 5000
+    columns = torch.randint(0, n, (2, 64))
+    mask = torch.nn.functional.one_hot(columns, n).to(torch.float32)
+    assert torch.equal(hot_index(mask), columns)
+
+
+def plain_sums(k, v):
+    return torch.bmm(k.transpose(1, 2), v), k.sum(dim=1)
+
+
+@st.composite
+def keys_and_values(draw):
+    B, n, e, f = draw(st.integers(1, 3)), draw(st.integers(1, 500)), draw(st.integers(1, 12)), draw(st.integers(1, 5))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    kind = draw(st.sampled_from(["one-hot", "scaled one-hot", "with empty rows", "soft", "one soft row"]))
+    k = torch.nn.functional.one_hot(torch.randint(0, e, (B, n), generator=g), e).to(torch.float64)
+    if kind == "scaled one-hot":
+        k = k * torch.rand(B, n, 1, generator=g, dtype=torch.float64)
+    elif kind == "with empty rows":
+        k = k * (torch.rand(B, n, 1, generator=g) < 0.5)
+    elif kind == "soft":
+        k = torch.softmax(torch.randn(B, n, e, generator=g, dtype=torch.float64), dim=-1)
+    elif kind == "one soft row":
+        k[0, n // 2] = 1.0 / e
+    v = torch.randn(B, n, f, generator=g, dtype=torch.float64)
+    return k, v
+
+
+@settings(max_examples=60, deadline=None)
+@given(problem=keys_and_values())
+def test_key_value_sums_equal_the_product(problem):
+    k, v = problem
+    kv, mass = key_value_sums(k, v)
+    want_kv, want_mass = plain_sums(k, v)
+    torch.testing.assert_close(kv, want_kv, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(mass, want_mass, atol=1e-12, rtol=1e-12)
+
+
+def test_key_value_sums_mix_scattered_and_multiplied_blocks():
+    # Enough keys for several blocks: one-hot blocks are scattered, the block holding a soft key
+    # is multiplied; the sums must not care.
+    e = 4
+    n = 3 * CACHE_BLOCK // e
+    k = torch.nn.functional.one_hot(torch.arange(n) % e, e).to(torch.float64).unsqueeze(0)
+    k[0, n // 2] = 0.25
+    v = torch.randn(1, n, 3, dtype=torch.float64)
+    kv, mass = key_value_sums(k, v)
+    want_kv, want_mass = plain_sums(k, v)
+    torch.testing.assert_close(kv, want_kv, atol=1e-9, rtol=1e-12)
+    torch.testing.assert_close(mass, want_mass, atol=1e-9, rtol=1e-12)
