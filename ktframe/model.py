@@ -12,7 +12,7 @@ slot alone keeps them cheap without changing what they compute.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -116,18 +116,40 @@ class AttentionHead(nn.Module):
         self.fused = not identity and attention_map.softmax and score.dot_product_form(self.gamma) is not None
 
     @property
+    def linear_attention(self) -> bool:
+        """Normalized linear attention, which reads its keys only through :class:`KeyValueSums`."""
+        return self.score.linear and self.map.linear
+
+    @property
     def needs_row_blocks(self) -> bool:
         """Whether the layer should feed this head its queries in cache-sized blocks: true of the
         heads that build their logits explicitly. The fused kernel blocks for itself, and the
         linear-attention path shares its Kᵀ V among all queries."""
-        return not (self.identity or self.fused or (self.score.linear and self.map.linear))
+        return not (self.identity or self.fused or self.linear_attention)
+
+    @property
+    def slot_factor(self) -> float | None:
+        """For an identity-mode head whose value is ``s`` times the very slot it writes (the
+        reset that erases the old assignment, ``s = −1``), the factor ``1 + s`` that its residual
+        step multiplies the slot by; None for any other head."""
+        v = self.v
+        if not (self.identity and isinstance(v, Select) and v._slice == self.slot and len(v.scale)):
+            return None
+        scale = v.scale[0].item()
+        return 1.0 + scale if bool((v.scale == scale).all()) else None
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return self.attend(queries, *self.project(keys))
 
     def project(self, keys: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The keys' K and V projections (none for the identity mode, which reads no keys)."""
-        return (None, None) if self.identity else (self.k(keys), self.v(keys))
+        """The keys' K and V projections (none for the identity mode, which reads no keys). Linear
+        attention reads its keys only through ``Σ kᵢ vᵢᵀ`` and ``Σ kᵢ``: those are returned instead,
+        computed once for every block of queries."""
+        if self.identity:
+            return None, None
+        if self.linear_attention:
+            return key_value_sums(self.k(keys), self.v(keys))
+        return self.k(keys), self.v(keys)
 
     def attend(self, queries: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, block: int = MEMORY_BLOCK) -> torch.Tensor:
         """The head's output for ``queries`` given projected keys, in blocks of ``block`` logits."""
@@ -136,7 +158,7 @@ class AttentionHead(nn.Module):
         q = self.q(queries)
         if self.fused:
             return self._fused(q, k, v)
-        if self.score.linear and self.map.linear:
+        if self.linear_attention:
             return self._linear_attention(q, k, v, queries)
         step = max(1, block // max(1, k.shape[0] * k.shape[1]))
         if step >= q.shape[1]:
@@ -188,10 +210,9 @@ class AttentionHead(nn.Module):
         out = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), dropout_p=p, scale=a)
         return out.squeeze(1)[..., :f]
 
-    def _linear_attention(self, q, k, v, queries):
+    def _linear_attention(self, q, kv, mass, queries):
         # Normalized linear attention is associative: (q Kᵀ) V / (q Kᵀ 1) = q (Kᵀ V) / q (Kᵀ 1),
         # which costs O(n) per query instead of building the (m, n) weight matrix.
-        kv, mass = key_value_sums(k, v)
         numerator = torch.bmm(q, kv)
         mass = torch.bmm(q, mass.unsqueeze(-1))
         empty = mass == 0
@@ -201,32 +222,53 @@ class AttentionHead(nn.Module):
         return values
 
 
-def key_value_sums(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``Σᵢ kᵢ vᵢᵀ`` (B, e, f) and ``Σᵢ kᵢ`` (B, e) over keys ``k`` (B, n, e) and values ``v`` (B, n, f).
+class KeyValueSums:
+    """Running ``Σᵢ kᵢ vᵢᵀ`` (B, e, f) and ``Σᵢ kᵢ`` (B, e) over blocks of keys ``k`` (B, n, e) and
+    values ``v`` (B, n, f): all that normalized linear attention reads of its keys.
 
     Summed over blocks of keys, which stay in cache where one product over all keys would not.
     A block in which no key has more than one non-zero coordinate (one-hot assignments) is summed
     as a scatter, O(n·f) instead of the O(n·e·f) product: for the Lloyd center update, the
     difference between adding each point to its cluster's sum and multiplying by a one-hot matrix.
     """
-    B, n, e = k.shape
-    kv = k.new_zeros(B * e, v.shape[-1])
-    mass = k.new_zeros(B * e)
-    step = max(1, CACHE_BLOCK // max(1, B * e))
-    offsets = (torch.arange(B, device=k.device) * e).unsqueeze(-1)
-    for i in range(0, n, step):
-        keys, values = k[:, i : i + step], v[:, i : i + step]
-        nonzero = torch.ne(keys, 0, out=torch.empty_like(keys, dtype=_exact_index_dtype(keys)))
-        if float(nonzero.sum(dim=-1).amax()) <= 1.0:
-            # A key's one non-zero is its row sum; an all-zero key adds 0 to column 0.
-            weight = keys.sum(dim=-1)
-            into = (hot_index(nonzero) + offsets).flatten()
-            kv.index_add_(0, into, (values * weight.unsqueeze(-1)).flatten(0, 1))
-            mass.index_add_(0, into, weight.flatten())
-        else:
-            kv.view(B, e, -1).baddbmm_(keys.transpose(1, 2), values)
-            mass.view(B, e).add_(keys.sum(dim=1))
-    return kv.view(B, e, -1), mass.view(B, e)
+
+    def __init__(self) -> None:
+        self.kv: torch.Tensor | None = None
+        self.mass: torch.Tensor | None = None
+
+    def add(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        B, n, e = k.shape
+        if self.kv is None:
+            self.shape = (B, e)
+            self.kv, self.mass = k.new_zeros(B * e, v.shape[-1]), k.new_zeros(B * e)
+        kv, mass = self.kv, self.mass
+        step = max(1, CACHE_BLOCK // max(1, B * e))
+        offsets = (torch.arange(B, device=k.device) * e).unsqueeze(-1)
+        # The scatter has the product's value but not its gradient (which reaches the zero entries too).
+        may_scatter = not (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad))
+        for i in range(0, n, step):
+            keys, values = k[:, i : i + step], v[:, i : i + step]
+            nonzero = torch.ne(keys, 0, out=torch.empty_like(keys, dtype=_exact_index_dtype(keys))) if may_scatter else None
+            if nonzero is not None and float(nonzero.sum(dim=-1).amax()) <= 1.0:
+                # A key's one non-zero is its row sum; an all-zero key adds 0 to column 0.
+                weight = keys.sum(dim=-1)
+                into = (hot_index(nonzero) + offsets).flatten()
+                kv.index_add_(0, into, (values * weight.unsqueeze(-1)).flatten(0, 1))
+                mass.index_add_(0, into, weight.flatten())
+            else:
+                kv.view(B, e, -1).baddbmm_(keys.transpose(1, 2), values)
+                mass.view(B, e).add_(keys.sum(dim=1))
+
+    def result(self) -> tuple[torch.Tensor, torch.Tensor]:
+        B, e = self.shape
+        return self.kv.view(B, e, -1), self.mass.view(B, e)
+
+
+def key_value_sums(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``Σᵢ kᵢ vᵢᵀ`` and ``Σᵢ kᵢ`` over all keys at once (see :class:`KeyValueSums`)."""
+    sums = KeyValueSums()
+    sums.add(k, v)
+    return sums.result()
 
 
 class FeedForward(nn.Module):
@@ -281,36 +323,76 @@ class Layer(nn.Module):
         self.center_ffn = center_ffn
 
     def forward(self, points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        in_place = self._in_place(points, centers)
         p, c = self.point_norm(points), self.center_norm(centers)
-        points = self._update(points, p, [(self.point_cross, c), (self.point_self, p)])
-        p = self.point_norm(points)
-        centers = self._update(centers, c, [(self.center_cross, p), (self.center_self, c)])
+        center_keys: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+        if in_place and self.center_cross.linear_attention:
+            # The center update's key sums are taken block by block as the point stream is
+            # updated, while each block of new assignments is still in cache: one pass over the
+            # points per layer instead of two.
+            sums = KeyValueSums()
+
+            def add_rows(rows: slice) -> None:
+                block = self.point_norm(points[:, rows])
+                sums.add(self.center_cross.k(block), self.center_cross.v(block))
+
+            points = self._update(points, p, [(self.point_cross, c), (self.point_self, p)], in_place, add_rows)
+            center_keys = sums.result()
+        else:
+            points = self._update(points, p, [(self.point_cross, c), (self.point_self, p)], in_place)
+            center_keys = self.point_norm(points)
+        centers = self._update(centers, c, [(self.center_cross, center_keys), (self.center_self, c)], in_place)
         if self.center_ffn is not None:
             centers = add_into(centers, self.center_ffn.slot, self.center_ffn(centers))
         return points, centers
 
-    def _update(self, tokens: torch.Tensor, queries: torch.Tensor, heads: list[tuple[AttentionHead, torch.Tensor]]) -> torch.Tensor:
+    def _in_place(self, *streams: torch.Tensor) -> bool:
+        """Without autograd a layer updates its token streams in place."""
+        return not (torch.is_grad_enabled() and (any(t.requires_grad for t in streams) or any(p.requires_grad for p in self.parameters())))
+
+    def _update(
+        self,
+        tokens: torch.Tensor,
+        queries: torch.Tensor,
+        heads: list[tuple[AttentionHead, torch.Tensor | tuple]],
+        in_place: bool | None = None,
+        after_rows: Callable[[slice], None] | None = None,
+    ) -> torch.Tensor:
         """``tokens + Σ head(queries, keys)``, each head writing its slot, every head reading the
-        stream as it was before this step."""
-        if torch.is_grad_enabled() and (tokens.requires_grad or any(p.requires_grad for p in self.parameters())):
+        stream as it was before this step. ``keys`` may be given already projected (a pair).
+        ``after_rows(rows)`` is called once those rows are final (in place only)."""
+        if not (self._in_place(tokens) if in_place is None else in_place):
             updates = [(head.slot, head(queries, keys)) for head, keys in heads]
             for slot, update in updates:
                 tokens = add_into(tokens, slot, update)
             return tokens
-        # Without autograd: in place, one block of rows at a time, so that each block's logits
-        # and values stay in cache. Keys are projected once; a projection that is a view of this
-        # very stream is copied first, so that every block reads the stream as it was.
+        # In place, one block of rows at a time, so that each block's logits and values stay in
+        # cache. Keys are projected once; a projection that is a view of this very stream is
+        # copied first, so that every block reads the stream as it was.
         projected = []
         for head, keys in heads:
-            k, v = head.project(keys)
+            k, v = keys if isinstance(keys, tuple) else head.project(keys)
             projected.append((head, *(t.clone() if t is not None and _shares_memory(t, tokens) else t for t in (k, v))))
+        # A head that only rescales its own slot (the reset: y + (−y) = 0) does so in place, after
+        # the other heads have read the block, instead of materialising −y and adding it.
+        rescale = [(head.slot, head.slot_factor) for head, _, _ in projected if head.slot_factor is not None]
+        projected = [(head, k, v) for head, k, v in projected if head.slot_factor is None]
         B, m = tokens.shape[:2]
         step = min([max(1, CACHE_BLOCK // (B * k.shape[1])) for head, k, _ in projected if head.needs_row_blocks], default=m)
+        if after_rows is not None:  # blocks small enough for the caller's work on them to stay in cache
+            step = min(step, max(1, CACHE_BLOCK // (B * tokens.shape[-1])))
         for i in range(0, m, step):
             rows = slice(i, i + step)
             updates = [(head.slot, head.attend(queries[:, rows], k, v, CACHE_BLOCK)) for head, k, v in projected]
+            for slot, factor in rescale:
+                if factor == 0.0:
+                    tokens[:, rows, slot].zero_()
+                else:
+                    tokens[:, rows, slot].mul_(factor)
             for slot, update in updates:
                 tokens[:, rows, slot] += update
+            if after_rows is not None:
+                after_rows(rows)
         return tokens
 
 

@@ -110,3 +110,17 @@ def test_key_value_sums_mix_scattered_and_multiplied_blocks():
     want_kv, want_mass = plain_sums(k, v)
     torch.testing.assert_close(kv, want_kv, atol=1e-9, rtol=1e-12)
     torch.testing.assert_close(mass, want_mass, atol=1e-9, rtol=1e-12)
+
+
+def test_key_value_sums_carry_the_products_gradient():
+    # One-hot keys that need a gradient take the product: the scatter would leave the zero
+    # entries without theirs.
+    k = torch.nn.functional.one_hot(torch.tensor([[0, 2, 1, 2]]), 3).to(torch.float64).requires_grad_()
+    v = torch.randn(1, 4, 2, dtype=torch.float64, requires_grad=True)
+    kv, mass = key_value_sums(k, v)
+    (kv.square().sum() + mass.sum()).backward()
+    got = k.grad.clone(), v.grad.clone()
+    k.grad = v.grad = None
+    want_kv, want_mass = plain_sums(k, v)
+    (want_kv.square().sum() + want_mass.sum()).backward()
+    torch.testing.assert_close(got, (k.grad, v.grad))
