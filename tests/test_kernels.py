@@ -4,10 +4,14 @@ of linear attention (a scatter for one-hot keys, a product otherwise)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ktframe
+import ktframe.model
+from ktframe import reference
 from ktframe.components.maps import Hardmax, hot_index
 from ktframe.model import CACHE_BLOCK, key_value_sums
 
@@ -124,3 +128,21 @@ def test_key_value_sums_carry_the_products_gradient():
     want_kv, want_mass = plain_sums(k, v)
     (want_kv.square().sum() + want_mass.sum()).backward()
     torch.testing.assert_close(got, (k.grad, v.grad))
+
+
+@pytest.mark.parametrize("options", [{}, {"reset": "identity"}, {"center_update": "argmax"}], ids=["attention-reset", "identity-reset", "argmax-update"])
+def test_blocked_in_place_layers_equal_lloyd_and_the_autograd_path(monkeypatch, options):
+    # Tiny cache blocks: the in-place path splits both streams into many blocks and streams the
+    # center update's key sums block by block; it must still be Lloyd's iteration, and agree with
+    # the out-of-place path that autograd takes.
+    monkeypatch.setattr(ktframe.model, "CACHE_BLOCK", 64)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(2, 300, 3, generator=g, dtype=torch.float64)
+    C0 = reference.random_points(X, 5, g)
+    model = ktframe.build_model("lloyd", d=3, k=5, n_layers=4, dtype=torch.float64, **options)
+    with torch.no_grad():
+        blocked = model(X, C0)
+    unblocked = model(X.clone().requires_grad_(), C0)
+    want = reference.lloyd(X, C0, 4)
+    torch.testing.assert_close(blocked.trajectory, want.trajectory, atol=1e-12, rtol=0)
+    torch.testing.assert_close(blocked.trajectory, unblocked.trajectory.detach(), atol=1e-12, rtol=0)
