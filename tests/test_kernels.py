@@ -146,3 +146,17 @@ def test_blocked_in_place_layers_equal_lloyd_and_the_autograd_path(monkeypatch, 
     want = reference.lloyd(X, C0, 4)
     torch.testing.assert_close(blocked.trajectory, want.trajectory, atol=1e-12, rtol=0)
     torch.testing.assert_close(blocked.trajectory, unblocked.trajectory.detach(), atol=1e-12, rtol=0)
+
+
+def test_hot_index_stays_exact_when_float32_products_may_round():
+    # "high" / "medium" let PyTorch compute float32 products in TF32 or bf16, which cannot hold
+    # the column numbers exactly; the index must not depend on that setting.
+    n = 5000
+    columns = torch.arange(n - 64, n).unsqueeze(0)
+    mask = torch.nn.functional.one_hot(columns, n).to(torch.float32)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        assert torch.equal(hot_index(mask), columns)
+    finally:
+        torch.set_float32_matmul_precision(before)

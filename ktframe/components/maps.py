@@ -93,7 +93,18 @@ def hot_index(mask: torch.Tensor) -> torch.Tensor:
     0…n−1 (vectorised, unlike an arg-max on CPU). A row with several ones gets their sum; an empty
     row gets 0. ``mask`` must be of a type that holds n exactly (see ``_exact_index_dtype``)."""
     columns = torch.arange(mask.shape[-1], dtype=mask.dtype, device=mask.device)
-    return torch.matmul(mask, columns.unsqueeze(-1)).squeeze(-1).long()
+    if _full_precision_matmul(mask):
+        return torch.matmul(mask, columns.unsqueeze(-1)).squeeze(-1).long()
+    return (mask * columns).sum(dim=-1).long()  # TF32 / bf16 products would round the indices
+
+
+def _full_precision_matmul(t: torch.Tensor) -> bool:
+    """Whether a float32 product of ``t`` is computed in float32 (not TF32 or bf16)."""
+    if t.dtype == torch.float64:
+        return True
+    if torch.get_float32_matmul_precision() != "highest":
+        return False
+    return not (t.is_cuda and torch.backends.cuda.matmul.allow_tf32)
 
 
 def _exact_index_dtype(logits: torch.Tensor) -> torch.dtype:
