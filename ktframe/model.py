@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ktframe.components.embeddings import Embedding
-from ktframe.components.maps import AttentionMap, _exact_index_dtype, hot_index
+from ktframe.components.maps import AttentionMap, _exact_index_dtype, count_and_index
 from ktframe.components.scores import Score
 from ktframe.reference import assign
 from ktframe.result import ClusteringResult
@@ -249,10 +249,11 @@ class KeyValueSums:
         for i in range(0, n, step):
             keys, values = k[:, i : i + step], v[:, i : i + step]
             nonzero = torch.ne(keys, 0, out=torch.empty_like(keys, dtype=_exact_index_dtype(keys))) if may_scatter else None
-            if nonzero is not None and float(nonzero.sum(dim=-1).amax()) <= 1.0:
-                # A key's one non-zero is its row sum; an all-zero key adds 0 to column 0.
-                weight = keys.sum(dim=-1)
-                into = (hot_index(nonzero) + offsets).flatten()
+            count, column = count_and_index(nonzero) if nonzero is not None else (None, None)
+            if count is not None and float(count.amax()) <= 1.0:
+                # An all-zero key has column 0, where its weight is 0: it adds nothing.
+                weight = keys.gather(-1, column.unsqueeze(-1)).squeeze(-1)
+                into = (column + offsets).flatten()
                 kv.index_add_(0, into, (values * weight.unsqueeze(-1)).flatten(0, 1))
                 mass.index_add_(0, into, weight.flatten())
             else:
@@ -385,12 +386,15 @@ class Layer(nn.Module):
             rows = slice(i, i + step)
             updates = [(head.slot, head.attend(queries[:, rows], k, v, CACHE_BLOCK)) for head, k, v in projected]
             for slot, factor in rescale:
-                if factor == 0.0:
-                    tokens[:, rows, slot].zero_()
-                else:
+                if factor != 0.0:
                     tokens[:, rows, slot].mul_(factor)
+                elif not any(written == slot for written, _ in updates):
+                    tokens[:, rows, slot].zero_()
             for slot, update in updates:
-                tokens[:, rows, slot] += update
+                if (slot, 0.0) in rescale and sum(written == slot for written, _ in updates) == 1:
+                    tokens[:, rows, slot].copy_(update)  # 0 + update, without a pass for the 0
+                else:
+                    tokens[:, rows, slot] += update
             if after_rows is not None:
                 after_rows(rows)
         return tokens

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import ktframe
 import ktframe.model
 from ktframe import reference
-from ktframe.components.maps import Hardmax, hot_index
+from ktframe.components.maps import Hardmax, count_and_index
 from ktframe.model import CACHE_BLOCK, key_value_sums
 
 
@@ -63,11 +63,19 @@ def test_hardmax_threshold_leaves_unsupported_queries_on_themselves():
     assert out.stay.tolist() == [[[0.0], [1.0]]]
 
 
-def test_hot_index_finds_the_column_of_every_one():
+@pytest.mark.parametrize("keys_major", [False, True])
+def test_count_and_index_find_every_one(keys_major):
     n = 5000
     columns = torch.randint(0, n, (2, 64))
     mask = torch.nn.functional.one_hot(columns, n).to(torch.float32)
-    assert torch.equal(hot_index(mask), columns)
+    mask[1, 5] = 0.0  # an empty row
+    mask[1, 7, [3, 10]] = 1.0  # a row with three ones
+    if keys_major:
+        mask = mask.transpose(1, 2).contiguous().transpose(1, 2)
+    count, index = count_and_index(mask)
+    assert torch.equal(index, (mask.double() * torch.arange(n)).sum(dim=-1).long())
+    assert torch.equal(index[0], columns[0])
+    assert torch.equal(count, mask.sum(dim=-1))
 
 
 def plain_sums(k, v):
@@ -148,7 +156,7 @@ def test_blocked_in_place_layers_equal_lloyd_and_the_autograd_path(monkeypatch, 
     torch.testing.assert_close(blocked.trajectory, unblocked.trajectory.detach(), atol=1e-12, rtol=0)
 
 
-def test_hot_index_stays_exact_when_float32_products_may_round():
+def test_count_and_index_stay_exact_when_float32_products_may_round():
     # "high" / "medium" let PyTorch compute float32 products in TF32 or bf16, which cannot hold
     # the column numbers exactly; the index must not depend on that setting.
     n = 5000
@@ -157,6 +165,6 @@ def test_hot_index_stays_exact_when_float32_products_may_round():
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("medium")
-        assert torch.equal(hot_index(mask), columns)
+        assert torch.equal(count_and_index(mask)[1], columns)
     finally:
         torch.set_float32_matmul_precision(before)

@@ -74,8 +74,7 @@ class Hardmax(AttentionMap):
                 winners.mul_(supported)
                 weights = winners / winners.sum(dim=-1, keepdim=True).clamp_min(1)
                 return MapOutput(weights=weights.to(logits.dtype), stay=(~supported).to(logits.dtype))
-        count = winners.sum(dim=-1)
-        index = hot_index(winners)
+        count, index = count_and_index(winners)
         tied = count != 1
         if not bool(tied.any()):
             return MapOutput(index=index)
@@ -88,14 +87,20 @@ class Hardmax(AttentionMap):
         return f"Hardmax(threshold={self.threshold})"
 
 
-def hot_index(mask: torch.Tensor) -> torch.Tensor:
-    """The column of the one 1.0 in each row of a 0/1 float ``mask`` (…, n), as a product with
-    0…n−1 (vectorised, unlike an arg-max on CPU). A row with several ones gets their sum; an empty
-    row gets 0. ``mask`` must be of a type that holds n exactly (see ``_exact_index_dtype``)."""
+def count_and_index(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a 0/1 float ``mask`` (…, n): the number of ones in each row, and the column of the one
+    (a row with several ones gets the sum of their columns, an empty row 0). Both come from one
+    product with the (n, 2) matrix ``[1, j]``, vectorised where an arg-max over the keys is not (on
+    CPU). ``mask`` must be of a type that holds n exactly (see ``_exact_index_dtype``)."""
     columns = torch.arange(mask.shape[-1], dtype=mask.dtype, device=mask.device)
-    if _full_precision_matmul(mask):
-        return torch.matmul(mask, columns.unsqueeze(-1)).squeeze(-1).long()
-    return (mask * columns).sum(dim=-1).long()  # TF32 / bf16 products would round the indices
+    if not _full_precision_matmul(mask):  # TF32 / bf16 products would round the columns
+        return mask.sum(dim=-1), (mask * columns).sum(dim=-1).long()
+    ones_and_columns = torch.stack([torch.ones_like(columns), columns], dim=-1)
+    if mask.dim() == 3:  # bmm takes a strided (keys-major) batch as it is; matmul would copy it
+        both = torch.bmm(mask, ones_and_columns.expand(mask.shape[0], -1, -1))
+    else:
+        both = torch.matmul(mask, ones_and_columns)
+    return both[..., 0], both[..., 1].long()
 
 
 def _full_precision_matmul(t: torch.Tensor) -> bool:
