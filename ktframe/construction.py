@@ -144,8 +144,13 @@ def lloyd_family_layer(
 class HeadGroup(nn.Module):
     """Heads side by side, each writing its own run of one contiguous slot: multi-head attention
     whose heads' outputs are concatenated. To a layer it is one head (``slot``, ``project``,
-    ``attend``), so a construction can give a stream several heads where the layer has one,
-    e.g. one head per data coordinate."""
+    ``attend``, ``needs_row_blocks``, ``linear_attention``, ``slot_factor``), so a construction can give a stream several heads where the layer has one,
+    e.g. one head per data coordinate. Its heads' projections travel concatenated, so a group
+    holds no linear-attention head (whose projection is a pair of key sums, not one row per key),
+    and it is never an in-place rescale."""
+
+    linear_attention = False
+    slot_factor = None
 
     def __init__(self, width: int, heads: Sequence[AttentionHead]) -> None:
         super().__init__()
@@ -153,6 +158,8 @@ class HeadGroup(nn.Module):
         for before, after in zip(heads, heads[1:]):
             if before.slot.stop != after.slot.start:
                 raise ValueError("the heads of a group write consecutive runs of coordinates, in order")
+        if any(head.linear_attention or head.slot_factor is not None for head in heads):
+            raise ValueError("a HeadGroup cannot hold a linear-attention head or an in-place reset; give it a layer slot of its own")
         self.slot = slice(heads[0].slot.start, heads[-1].slot.stop)
         probe = torch.zeros(1, 1, width)
         self.widths = [(head.k(probe).shape[-1], head.v(probe).shape[-1]) for head in heads]  # how project() concatenates
