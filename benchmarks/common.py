@@ -12,17 +12,21 @@ import torch
 T = TypeVar("T")
 
 
-def best_of(repeats: int, run: Callable[[], T], *, device: str = "cpu") -> tuple[float, T]:
-    """The fastest of ``repeats`` calls (the least disturbed by other work on the machine), and
-    the last result. On a GPU the clock stops only once the device has finished."""
-    times, result = [], None
+def best_of(repeats: int, runs: dict[str, Callable[[], T]], *, device: str = "cpu") -> dict[str, tuple[float, T]]:
+    """For each named run, the fastest of ``repeats`` calls (the least disturbed by other work on
+    the machine) and the last result. The runs take turns, round by round, so that a slow spell
+    of a shared machine falls on all of them rather than on whichever ran then. On a GPU the
+    clock stops only once the device has finished."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    results: dict[str, T] = {}
     for _ in range(repeats):
-        sync(device)
-        start = time.perf_counter()
-        result = run()
-        sync(device)
-        times.append(time.perf_counter() - start)
-    return min(times), result
+        for name, run in runs.items():
+            sync(device)
+            start = time.perf_counter()
+            results[name] = run()
+            sync(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: (min(times[name]), results[name]) for name in runs}
 
 
 def sync(device: str) -> None:

@@ -56,9 +56,8 @@ def main() -> None:
             return np.stack([KMeans(args.k, algorithm="lloyd", init=C0_np[t], n_init=1, max_iter=args.iterations, tol=0.0).fit(X_np[t]).cluster_centers_ for t in range(args.tasks)])
 
     batched_model()  # warm-up
-    t_model, centers = best_of(args.repeats, batched_model, device=args.device)
-    t_estimator, fitted = best_of(args.repeats, lambda: estimator.fit(X_np))
-    t_sklearn, sk_centers = best_of(max(1, args.repeats // 2), sklearn_loop)
+    timed = best_of(args.repeats, {"model": batched_model, "estimator": lambda: estimator.fit(X_np), "scikit-learn": sklearn_loop}, device=args.device)
+    (t_model, centers), (t_estimator, fitted), (t_sklearn, sk_centers) = timed["model"], timed["estimator"], timed["scikit-learn"]
     # scikit-learn stops a task early once its labels no longer change; from there its centers
     # stay put, so the final centers are comparable.
     gap = np.abs(centers.cpu().numpy() - sk_centers).max()
