@@ -52,15 +52,27 @@ def test_learned_model_fused_equals_explicit(problem, embedding, score, steps):
 
 @settings(max_examples=20, deadline=None)
 @given(problem=problems(), gamma=st.sampled_from([1.0, 10.0, 100.0, 1e4]))
-def test_soft_lloyd_fused_equals_explicit(problem, gamma):
-    # The hand-built construction at finite gamma: its softmax heads take the fused path.
+def test_soft_lloyd_fused_heads_equal_explicit(problem, gamma):
+    # The hand-built construction at finite gamma: its softmax heads take the fused path. Each
+    # head is compared on the tokens of every layer of a run. (Whole trajectories are not: the
+    # soft center update divides by a cluster's soft mass, and a nearly empty cluster turns
+    # rounding-level differences of the heads into arbitrarily large ones of its center.)
     X, C0, _ = problem
-    model = ktframe.build_model("lloyd", d=X.shape[-1], k=C0.shape[1], n_layers=3, gamma=gamma, dtype=torch.float64)
+    k = C0.shape[1]
+    model = ktframe.build_model("lloyd", d=X.shape[-1], k=k, n_layers=3, gamma=gamma, dtype=torch.float64)
     assert fused_heads(model) > 0
     with torch.no_grad():
-        got, want = model(X, C0), explicit(model)(X, C0)
-    torch.testing.assert_close(got.trajectory, want.trajectory, atol=1e-9, rtol=1e-9)
-    torch.testing.assert_close(got.assignments, want.assignments, atol=1e-9, rtol=1e-9)
+        points, centers = model.embedding.points(X, k), model.embedding.centers(C0)
+        for step in range(3):
+            layer = model.layer(step)
+            for head, queries, keys in [(layer.point_cross, points, centers), (layer.point_self, points, points), (layer.center_self, centers, centers)]:
+                if head.fused:
+                    got = head(queries, keys)
+                    head.fused = False
+                    want = head(queries, keys)
+                    head.fused = True
+                    torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9)
+            points, centers = layer(points, centers)
 
 
 def test_gradients_agree():

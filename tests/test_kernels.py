@@ -1,6 +1,6 @@
 """The vectorised pieces of the exact path compute what their plain definitions compute: the
-arg-max map (winners found by a float compare and a product with 0…n−1), and the key-value sums
-of linear attention (a scatter for one-hot keys, a product otherwise)."""
+arg-max map (winners found by a float compare and a product with [1, j]), the key-value sums of
+linear attention (block by block, streamed with the point stream), and the blocked in-place layer."""
 
 from __future__ import annotations
 
@@ -110,9 +110,8 @@ def test_key_value_sums_equal_the_product(problem):
     torch.testing.assert_close(mass, want_mass, atol=1e-12, rtol=1e-12)
 
 
-def test_key_value_sums_mix_scattered_and_multiplied_blocks():
-    # Enough keys for several blocks: one-hot blocks are scattered, the block holding a soft key
-    # is multiplied; the sums must not care.
+def test_key_value_sums_over_many_blocks():
+    # Enough keys for several cache blocks, one-hot but for one soft key.
     e = 4
     n = 3 * CACHE_BLOCK // e
     k = torch.nn.functional.one_hot(torch.arange(n) % e, e).to(torch.float64).unsqueeze(0)
@@ -125,8 +124,7 @@ def test_key_value_sums_mix_scattered_and_multiplied_blocks():
 
 
 def test_key_value_sums_carry_the_products_gradient():
-    # One-hot keys that need a gradient take the product: the scatter would leave the zero
-    # entries without theirs.
+    # The sums are accumulated in place; autograd must still see the product, zero entries included.
     k = torch.nn.functional.one_hot(torch.tensor([[0, 2, 1, 2]]), 3).to(torch.float64).requires_grad_()
     v = torch.randn(1, 4, 2, dtype=torch.float64, requires_grad=True)
     kv, mass = key_value_sums(k, v)
