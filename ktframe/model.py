@@ -360,23 +360,33 @@ class Layer(nn.Module):
             projected.append((head, *(t.clone() if t is not None and _shares_memory(t, tokens) else t for t in (k, v))))
         # A head that only rescales its own slot (the reset: y + (−y) = 0) does so in place, after
         # the other heads have read the block, instead of materialising −y and adding it.
-        rescale = [(head.slot, head.slot_factor) for head, _, _ in projected if head.slot_factor is not None]
-        projected = [(head, k, v) for head, k, v in projected if head.slot_factor is None]
+        rescale, attending = [], []
+        for head, k, v in projected:
+            factor = head.slot_factor
+            if factor is None:
+                attending.append((head, k, v))
+            else:
+                rescale.append((head.slot, factor))
+        written = [head.slot for head, _, _ in attending]
+        # A slot reset to 0 that one head writes takes that head's output as a copy: 0 + update
+        # without a pass for the 0.
+        copied = [written.count(slot) == 1 and (slot, 0.0) in rescale for slot in written]
+        rescale = [(slot, factor) for slot, factor in rescale if not (factor == 0.0 and written.count(slot) == 1)]
         B, m = tokens.shape[:2]
-        step = min([max(1, CACHE_BLOCK // (B * k.shape[1])) for head, k, _ in projected if head.needs_row_blocks], default=m)
+        step = min([max(1, CACHE_BLOCK // (B * k.shape[1])) for head, k, _ in attending if head.needs_row_blocks], default=m)
         if after_rows is not None:  # blocks small enough for the caller's work on them to stay in cache
             step = min(step, max(1, CACHE_BLOCK // (B * tokens.shape[-1])))
         for i in range(0, m, step):
             rows = slice(i, i + step)
-            updates = [(head.slot, head.attend(queries[:, rows], k, v, CACHE_BLOCK)) for head, k, v in projected]
+            updates = [head.attend(queries[:, rows], k, v, CACHE_BLOCK) for head, k, v in attending]
             for slot, factor in rescale:
-                if factor != 0.0:
-                    tokens[:, rows, slot].mul_(factor)
-                elif not any(written == slot for written, _ in updates):
+                if factor == 0.0:
                     tokens[:, rows, slot].zero_()
-            for slot, update in updates:
-                if (slot, 0.0) in rescale and sum(written == slot for written, _ in updates) == 1:
-                    tokens[:, rows, slot].copy_(update)  # 0 + update, without a pass for the 0
+                else:
+                    tokens[:, rows, slot].mul_(factor)
+            for slot, update, as_copy in zip(written, updates, copied):
+                if as_copy:
+                    tokens[:, rows, slot].copy_(update)
                 else:
                     tokens[:, rows, slot] += update
             if after_rows is not None:

@@ -166,3 +166,22 @@ def test_count_and_index_stay_exact_when_float32_products_may_round():
         assert torch.equal(count_and_index(mask)[1], columns)
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+@pytest.mark.parametrize("writers", [0, 1, 2])
+def test_in_place_reset_with_any_number_of_writers_equals_the_out_of_place_sum(writers):
+    # The reset zeroes its slot; the heads that write that slot then add to 0 (one of them alone
+    # is copied in). Whatever the number of writers, the result is the out-of-place sum.
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(2, 40, 3, generator=g, dtype=torch.float64)
+    C0 = reference.random_points(X, 4, g)
+    model = ktframe.build_model("lloyd", d=3, k=4, n_layers=1, dtype=torch.float64, reset="identity")
+    layer = model.layers[0]
+    assert layer.point_self.slot_factor == 0.0
+    with torch.no_grad():
+        points, centers = model.embedding.points(X, 4), model.embedding.centers(C0)
+        points[..., 3:] = torch.nn.functional.one_hot(torch.randint(0, 4, (2, 40), generator=g), 4)  # an old assignment to erase
+        heads = [(layer.point_self, points)] + [(layer.point_cross, centers)] * writers
+        want = layer._update(points.clone(), points.clone(), heads, in_place=False)
+        got = layer._update(points, points, heads, in_place=True)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)

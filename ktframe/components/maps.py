@@ -64,9 +64,9 @@ class Hardmax(AttentionMap):
 
     def __call__(self, logits):
         best = logits.amax(dim=-1, keepdim=True)
-        # Winners as 1.0 / 0.0 in a float tensor of the logits' layout: a float compare, a sum and
-        # a product with 0..n-1 find every winner's index in three vectorised passes, where an
-        # arg-max (or a boolean mask) over the keys is several times slower on CPU.
+        # Winners as 1.0 / 0.0 in a float tensor of the logits' layout: a float compare and one
+        # product (count_and_index) find every row's winners and index in vectorised passes, where
+        # an arg-max (or a boolean mask) over the keys is several times slower on CPU.
         winners = torch.eq(logits, best, out=torch.empty_like(logits, dtype=_exact_index_dtype(logits)))
         if self.threshold is not None:
             supported = best >= self.threshold
