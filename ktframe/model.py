@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from ktframe import kernels
 from ktframe.components.embeddings import Embedding
 from ktframe.components.maps import AttentionMap
 from ktframe.components.scores import Score
@@ -29,7 +30,7 @@ from ktframe.validation import check_model_inputs
 # layer goes further and updates its streams in blocks of CACHE_BLOCK logits, whose intermediates
 # stay in cache (on a 2-core CPU, 2^18 ran the exact model 1.6x faster per layer than 2^24).
 MEMORY_BLOCK = 1 << 24
-CACHE_BLOCK = 1 << 18
+CACHE_BLOCK = 1 << 20
 
 
 # --- projections -----------------------------------------------------------------------------
@@ -151,16 +152,23 @@ class AttentionHead(nn.Module):
             return key_value_sums(self.k(keys), self.v(keys))
         return self.k(keys), self.v(keys)
 
-    def attend(self, queries: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, block: int = MEMORY_BLOCK) -> torch.Tensor:
-        """The head's output for ``queries`` given projected keys, in blocks of ``block`` logits."""
-        if self.identity:
-            return self.v(queries)
+    def attend(self, queries: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, block: int = MEMORY_BLOCK, into: torch.Tensor | None = None) -> torch.Tensor:
+        """The head's output for ``queries`` given projected keys, in blocks of ``block`` logits;
+        written into ``into`` (say, rows of the token stream's slot) if given, and returned."""
+        if not self.needs_row_blocks:
+            if self.identity:
+                values = self.v(queries)
+            elif self.fused:
+                values = self._fused(self.q(queries), k, v)
+            else:
+                values = self._linear_attention(self.q(queries), k, v, queries)
+            return values if into is None else into.copy_(values)
         q = self.q(queries)
-        if self.fused:
-            return self._fused(q, k, v)
-        if self.linear_attention:
-            return self._linear_attention(q, k, v, queries)
         step = max(1, block // max(1, k.shape[0] * k.shape[1]))
+        if into is not None:
+            for i in range(0, q.shape[1], step):
+                self._block(q[:, i : i + step], k, v, queries[:, i : i + step], into[:, i : i + step])
+            return into
         if step >= q.shape[1]:
             return self._block(q, k, v, queries)
         return torch.cat([self._block(q[:, i : i + step], k, v, queries[:, i : i + step]) for i in range(0, q.shape[1], step)], dim=1)
@@ -178,10 +186,13 @@ class AttentionHead(nn.Module):
             weights[tied[:, 0], tied[:, 1]] = tie_weights
         return weights
 
-    def _block(self, q, k, v, queries):
+    def _block(self, q, k, v, queries, into=None):
         score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
         out = self.map(score(q, k, self.gamma))
         if out.index is not None:  # one winner per query: pick its value row instead of a one-hot product
+            if into is not None and out.ties is None and into.stride(-1) == 1 and kernels.usable(v, into):
+                kernels.gather_rows(v, out.index, into)
+                return into
             B, n, e = v.shape
             rows = out.index + torch.arange(B, device=v.device).unsqueeze(-1) * n
             values = v.reshape(B * n, e).index_select(0, rows.flatten()).view(B, -1, e)
@@ -192,7 +203,7 @@ class AttentionHead(nn.Module):
             values = torch.bmm(self.dropout(out.weights), v)
         if out.stay is not None:
             values = values + out.stay * self.v(queries)
-        return values
+        return values if into is None else into.copy_(values)
 
     def _fused(self, q, k, v):
         a, b = self.score.dot_product_form(self.gamma)
@@ -227,8 +238,8 @@ class KeyValueSums:
     values ``v`` (B, n, f): all that normalized linear attention reads of its keys.
 
     Summed over blocks of keys, which stay in cache where one product over all keys would not.
-    (For one-hot keys a scatter of each key's single non-zero was tried; with the sums streamed
-    through the cache it was no faster than the product at e = 1000 and slower at e ≤ 100.)
+    Sparse keys (the one-hot assignments) are summed by a kernel that visits only their
+    non-zeros, O(n · f) instead of the O(n · e · f) product (:mod:`ktframe.kernels`).
     """
 
     def __init__(self) -> None:
@@ -239,6 +250,8 @@ class KeyValueSums:
         B, n, e = k.shape
         if self.kv is None:
             self.kv, self.mass = k.new_zeros(B, e, v.shape[-1]), k.new_zeros(B, e)
+        if kernels.usable(k, v, self.kv) and kernels.add_sparse_key_sums(k, v, self.kv, self.mass):
+            return
         step = max(1, CACHE_BLOCK // max(1, B * e))
         for i in range(0, n, step):
             keys = k[:, i : i + step]
@@ -376,9 +389,17 @@ class Layer(nn.Module):
         step = min([max(1, CACHE_BLOCK // (B * k.shape[1])) for head, k, _ in attending if head.needs_row_blocks], default=m)
         if after_rows is not None:  # blocks small enough for the caller's work on them to stay in cache
             step = min(step, max(1, CACHE_BLOCK // (B * tokens.shape[-1])))
+        # A single head whose slot is reset writes its output straight into the stream: it has
+        # read the block's queries before it writes, and no other head reads them after.
+        direct = len(attending) == 1 and copied[0]
         for i in range(0, m, step):
             rows = slice(i, i + step)
-            updates = [head.attend(queries[:, rows], k, v, CACHE_BLOCK) for head, k, v in attending]
+            if direct:
+                head, k, v = attending[0]
+                head.attend(queries[:, rows], k, v, CACHE_BLOCK, into=tokens[:, rows, head.slot])
+                updates = []
+            else:
+                updates = [head.attend(queries[:, rows], k, v, CACHE_BLOCK) for head, k, v in attending]
             for slot, factor in rescale:
                 if factor == 0.0:
                     tokens[:, rows, slot].zero_()

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import entmax
 import torch
 
+from ktframe import kernels
 from ktframe.errors import InputError
 from ktframe.hookspecs import Register, hookimpl
 
@@ -63,6 +64,9 @@ class Hardmax(AttentionMap):
         self.shift_invariant = threshold is None
 
     def __call__(self, logits):
+        if self.threshold is None and kernels.usable(logits):
+            count, index = kernels.argmax_count(logits)
+            return _hard_output(logits, count, index)
         best = logits.amax(dim=-1, keepdim=True)
         # Winners as 1.0 / 0.0 in a float tensor of the logits' layout: a float compare and one
         # product (count_and_index) find every row's winners and index in vectorised passes, where
@@ -75,16 +79,23 @@ class Hardmax(AttentionMap):
                 weights = winners / winners.sum(dim=-1, keepdim=True).clamp_min(1)
                 return MapOutput(weights=weights.to(logits.dtype), stay=(~supported).to(logits.dtype))
         count, index = count_and_index(winners)
-        tied = count != 1
-        if not bool(tied.any()):
-            return MapOutput(index=index)
-        # Exact ties are rare: spell out only the tied rows (their index, a sum, is overwritten).
-        index.clamp_(max=logits.shape[-1] - 1)
-        tie_weights = (winners[tied] / count[tied].unsqueeze(-1)).to(logits.dtype)
-        return MapOutput(index=index, ties=(tied.nonzero(), tie_weights))
+        return _hard_output(logits, count, index)
 
     def __repr__(self) -> str:
         return f"Hardmax(threshold={self.threshold})"
+
+
+def _hard_output(logits: torch.Tensor, count: torch.Tensor, index: torch.Tensor) -> MapOutput:
+    """The arg-max map's output from each row's count of maximal logits and index (a sum of
+    columns where the count is not 1)."""
+    tied = count != 1
+    if not bool(tied.any()):
+        return MapOutput(index=index)
+    # Exact ties are rare: spell out only the tied rows (their index, a sum, is overwritten).
+    index.clamp_(max=logits.shape[-1] - 1)
+    rows = logits[tied]
+    winners = (rows == rows.amax(dim=-1, keepdim=True)).to(logits.dtype)
+    return MapOutput(index=index, ties=(tied.nonzero(), winners / winners.sum(dim=-1, keepdim=True)))
 
 
 def count_and_index(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

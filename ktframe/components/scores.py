@@ -49,11 +49,9 @@ class Euclidean(Score):
         return squared_distances(q, k).mul_(-gamma)
 
     def up_to_query_constant(self, q, k, gamma):
-        # −γ‖q − k‖² + γ‖q‖² = 2γ q·k − γ‖k‖²: one fused matrix product, no pass for ‖q‖². The
-        # logits are laid out keys-major (a transposed view): a reduction over the keys then runs
-        # across contiguous queries, which vectorises where a reduction along a short row does not.
-        kk = k.pow(2).sum(-1).unsqueeze(-1).expand(k.shape[0], k.shape[1], q.shape[1])
-        return torch.baddbmm(kk, k, q.transpose(-1, -2), beta=-gamma, alpha=2.0 * gamma).transpose(-1, -2)
+        # −γ‖q − k‖² + γ‖q‖² = 2γ q·k − γ‖k‖²: one fused matrix product, no pass for ‖q‖².
+        kk = k.pow(2).sum(-1).unsqueeze(-2).expand(q.shape[0], q.shape[1], k.shape[1])
+        return torch.baddbmm(kk, q, k.transpose(-1, -2), beta=-gamma, alpha=2.0 * gamma)
 
     def dot_product_form(self, gamma):
         return 2.0 * gamma, -gamma

@@ -1,0 +1,178 @@
+"""Fused CPU loops (numba) for the two hot spots of hard attention that eager PyTorch runs as many passes.
+
+- :func:`argmax_count`: every row's arg-max and number of maximal entries, in one parallel pass
+  over a block of logits (the arg-max map; eager PyTorch takes a max, a compare and a reduction).
+- :func:`add_sparse_key_sums`: ``Σᵢ kᵢ vᵢᵀ`` and ``Σᵢ kᵢ`` over keys with few non-zeros (the
+  one-hot assignments that the center update reads), touching only the non-zeros: O(nnz · f)
+  instead of the O(n · e · f) dense product.
+
+Both compute exactly what their PyTorch counterparts compute (sums in another order). They run on
+CPU tensors of float32 or float64 that need no gradient; :func:`usable` says when, and
+``KTFRAME_NO_KERNELS=1`` turns them off (PyTorch's own ops are used then, as on a GPU).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numba
+import numpy as np
+import torch
+from numba import njit, prange
+
+OFF_ENV = "KTFRAME_NO_KERNELS"
+
+
+def usable(*tensors: torch.Tensor) -> bool:
+    """Whether the kernels apply to these tensors: CPU, float32/float64, no autograd, not turned off."""
+    if os.environ.get(OFF_ENV, "") not in ("", "0"):
+        return False
+    grad = torch.is_grad_enabled()
+    return all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and not (grad and t.requires_grad) for t in tensors)
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy()
+
+
+# --- arg-max ----------------------------------------------------------------------------------
+
+
+@njit(fastmath={"nnan", "nsz"}, cache=True, nogil=True)
+def _row_max(row):
+    # The maximum of numbers is the same in any order; these flags let LLVM vectorise the
+    # reduction. NaNs are caught by the caller's count pass.
+    best = row[0]
+    for j in range(1, row.shape[0]):
+        best = max(best, row[j])
+    return best
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _argmax_rows(logits, index, count):
+    rows, n = logits.shape
+    for r in prange(rows):
+        row = logits[r]
+        best = _row_max(row)
+        hits = 0
+        columns = 0
+        nans = 0
+        for j in range(n):  # integer sums of compares: vectorised, unlike a first-hit search
+            hit = np.int64(row[j] == best)
+            hits += hit
+            columns += hit * j
+            nans += np.int64(row[j] != row[j])
+        index[r] = columns
+        count[r] = 0 if nans else hits
+
+
+def argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For logits ``(…, n)``: each row's number of maximal entries and the column of its maximum
+    (with several maxima: the sum of their columns; a row holding a NaN counts 0), as int64."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    index = torch.empty(flat.shape[0], dtype=torch.int64)
+    count = torch.empty(flat.shape[0], dtype=torch.int64)
+    _argmax_rows(_array(flat), index.numpy(), count.numpy())
+    return count.view(logits.shape[:-1]), index.view(logits.shape[:-1])
+
+
+# --- key sums over sparse keys ----------------------------------------------------------------
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _sparse_key_sums(keys, key_strides, values, value_strides, B, R, e, f, kv, mass, budget):
+    # keys[b, r, j] is keys[b * key_strides[0] + r * key_strides[1] + j] (likewise the values):
+    # flat unit-stride rows, which LLVM vectorises where a strided 3-D view is not. Rows of the
+    # (B, R) batch are dealt to len(kv) parts, each with its own partial sums; a part stops once it
+    # has met more than `budget` non-zeros (the keys are not sparse).
+    parts = kv.shape[0]
+    total = B * R
+    step = (total + parts - 1) // parts
+    dense = np.zeros(parts, np.bool_)
+    for p in prange(parts):
+        seen = 0
+        for t in range(p * step, min(total, (p + 1) * step)):
+            b = t // R
+            r = t - b * R
+            start = b * key_strides[0] + r * key_strides[1]
+            row = keys[start : start + e]
+            start = b * value_strides[0] + r * value_strides[1]
+            value = values[start : start + f]
+            hits = 0
+            column = 0
+            for j in range(e):  # the count and (if one) the column of the non-zeros, vectorised
+                hit = np.int64(row[j] != 0)
+                hits += hit
+                column += hit * j
+            seen += hits
+            if seen > budget:
+                dense[p] = True
+                break
+            for j in range(column, column + 1) if hits == 1 else range(e if hits else 0):
+                w = row[j]
+                if w != 0:
+                    mass[p, b, j] += w
+                    acc = kv[p, b, j]
+                    for c in range(f):
+                        acc[c] += w * value[c]
+    return not dense.any()
+
+
+def _flat(t: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """A (B, R, e) tensor as one flat array from its first element to its last, and its two outer
+    strides: zero-copy when its rows are contiguous."""
+    if t.stride(-1) != 1 and t.shape[-1] > 1:
+        t = t.contiguous()
+    span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1
+    return _array(torch.as_strided(t, (span,), (1,))), np.array(t.stride()[:2], dtype=np.int64)
+
+
+def add_sparse_key_sums(k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, mass: torch.Tensor) -> bool:
+    """Add ``Σᵢ kᵢ vᵢᵀ`` to ``kv`` (B, e, f) and ``Σᵢ kᵢ`` to ``mass`` (B, e) for keys ``k``
+    (B, n, e) and values ``v`` (B, n, f), visiting only the keys' non-zeros. Returns False, and
+    adds nothing, if the keys hold more than two non-zeros per row on average: a dense product is
+    then the faster way."""
+    B, n, e = k.shape
+    if B * n == 0:
+        return True
+    parts = max(1, min(numba.get_num_threads(), B * n))
+    partial_kv = np.zeros((parts, *kv.shape), dtype=_array(kv).dtype)
+    partial_mass = np.zeros((parts, *mass.shape), dtype=_array(mass).dtype)
+    budget = 2 * (B * n // parts + 1)
+    keys, key_strides = _flat(k)
+    values, value_strides = _flat(v)
+    if not _sparse_key_sums(keys, key_strides, values, value_strides, B, n, e, v.shape[-1], partial_kv, partial_mass, budget):
+        return False
+    kv.add_(torch.from_numpy(partial_kv.sum(axis=0)))
+    mass.add_(torch.from_numpy(partial_mass.sum(axis=0)))
+    return True
+
+
+# --- gathering value rows ---------------------------------------------------------------------
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _gather_rows(table, table_strides, index, out, out_strides, B, m, e):
+    for t in prange(B * m):
+        b = t // m
+        i = t - b * m
+        start = b * table_strides[0] + index[b, i] * table_strides[1]
+        source = table[start : start + e]
+        start = b * out_strides[0] + i * out_strides[1]
+        target = out[start : start + e]
+        for c in range(e):
+            target[c] = source[c]
+
+
+def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> None:
+    """``out[b, i] = table[b, index[b, i]]`` for ``table`` (B, n, e), ``index`` (B, m) and ``out``
+    (B, m, e), which may be a view into a larger tensor (rows of a token stream's slot): one pass,
+    where PyTorch gathers into a new tensor and copies that."""
+    B, m, e = out.shape
+    if out.stride(-1) != 1 and e > 1:
+        raise ValueError("gather_rows writes rows whose coordinates are contiguous")
+    values, value_strides = _flat(table)
+    target, target_strides = _flat(out)
+    _gather_rows(values, value_strides, _array(index), target, target_strides, B, m, e)
