@@ -1,6 +1,7 @@
 """The vectorised pieces of the exact path compute what their plain definitions compute: the
 arg-max map (winners found by a float compare and a product with [1, j]), the key-value sums of
-linear attention (block by block, streamed with the point stream), and the blocked in-place layer."""
+linear attention (block by block, streamed with the point stream), the blocked in-place layer, and
+the numba CPU kernels (ktframe.kernels), which must give what PyTorch gives with them turned off."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from hypothesis import strategies as st
 
 import ktframe
 import ktframe.model
-from ktframe import reference
+from ktframe import kernels, reference
 from ktframe.components.maps import Hardmax, count_and_index
 from ktframe.model import CACHE_BLOCK, key_value_sums
+from ktframe.tasks import mixture
 
 
 def plain_hardmax(logits: torch.Tensor) -> torch.Tensor:
@@ -185,3 +187,293 @@ def test_in_place_reset_with_any_number_of_writers_equals_the_out_of_place_sum(w
         want = layer._update(points.clone(), points.clone(), heads, in_place=False)
         got = layer._update(points, points, heads, in_place=True)
     torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+# --- the numba kernels (ktframe.kernels) against their plain PyTorch definitions ----------------
+
+
+def plain_argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's number of maximal entries and the sum of their columns (a NaN row: count 0)."""
+    winners = logits == logits.amax(dim=-1, keepdim=True)
+    count = torch.where(logits.isnan().any(dim=-1), 0, winners.sum(dim=-1))
+    return count, (winners * torch.arange(logits.shape[-1])).sum(dim=-1)
+
+
+def assert_argmax_count_is_plain(logits):
+    count, index = kernels.argmax_count(logits)
+    want_count, want_index = plain_argmax_count(logits)
+    assert count.dtype == index.dtype == torch.int64
+    assert count.shape == index.shape == logits.shape[:-1]
+    assert torch.equal(count, want_count)
+    # A NaN row's index is left unspecified (its count, 0, marks it).
+    finite = ~logits.isnan().any(dim=-1)
+    assert torch.equal(index[finite], want_index[finite])
+
+
+@st.composite
+def tied_logits(draw):
+    B, m, n = draw(st.integers(1, 3)), draw(st.integers(1, 20)), draw(st.sampled_from([1, 2, 3, 7, 50]))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
+    kind = draw(st.sampled_from(["continuous", "small integers", "duplicate columns", "with NaN"]))
+    logits = torch.randn(B, m, n, generator=g, dtype=dtype)
+    if kind == "small integers":  # exact ties everywhere
+        logits = torch.randint(-2, 2, (B, m, n), generator=g).to(dtype)
+    elif kind == "duplicate columns" and n > 1:  # the maximum, where it is, held twice
+        logits[..., n - 1] = logits[..., 0]
+        logits[..., n // 2] = logits.amax(dim=-1)
+    elif kind == "with NaN":
+        logits[0, m // 2, int(torch.randint(n, (1,), generator=g))] = float("nan")
+    return logits
+
+
+@settings(max_examples=60, deadline=None)
+@given(logits=tied_logits())
+def test_argmax_count_equals_its_plain_definition(logits):
+    assert_argmax_count_is_plain(logits)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_argmax_count_of_ties_nan_and_strided_views(dtype):
+    logits = torch.tensor([[3.0, 1.0, 3.0, 3.0], [0.0, 0.0, 0.0, 0.0], [1.0, float("nan"), 5.0, 2.0], [-1.0, 4.0, 0.0, 4.0]], dtype=dtype)
+    count, index = kernels.argmax_count(logits)
+    assert count.tolist() == [3, 4, 0, 2]
+    assert index[[0, 1, 3]].tolist() == [0 + 2 + 3, 0 + 1 + 2 + 3, 1 + 3]
+    # A NaN that is the only non-maximal entry, and one in a row of equal numbers: still count 0.
+    assert kernels.argmax_count(torch.tensor([[7.0, float("nan")], [float("nan"), float("nan")]], dtype=dtype))[0].tolist() == [0, 0]
+    # Single keys, and infinities.
+    count, index = kernels.argmax_count(torch.randn(2, 5, 1, dtype=dtype))
+    assert torch.equal(count, torch.ones(2, 5, dtype=torch.long)) and torch.equal(index, torch.zeros(2, 5, dtype=torch.long))
+    inf = float("inf")
+    count, index = kernels.argmax_count(torch.tensor([[-inf, -inf, -inf], [inf, 1.0, inf]], dtype=dtype))
+    assert count.tolist() == [3, 2] and index.tolist() == [3, 2]
+    # Non-contiguous inputs (keys-major as the Euclidean score gives them, every other key, a
+    # batch of rows picked out) give what their contiguous copies give.
+    g = torch.Generator().manual_seed(3)
+    base = torch.randint(-3, 3, (3, 40, 25), generator=g).to(dtype)
+    for view in [base.transpose(1, 2), base[..., ::2], base[:, 5:30:3], base.permute(2, 0, 1)]:
+        assert not view.is_contiguous()
+        got = kernels.argmax_count(view)
+        want = kernels.argmax_count(view.contiguous())
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert_argmax_count_is_plain(view)
+
+
+def one_hot_tokens(B, n, width, e, dtype, g, *, soft_rows=0.0):
+    """Tokens (B, n, width + e + 1) whose columns [width, width + e) hold weighted one-hot keys,
+    about a fifth of them all zero, and a fraction ``soft_rows`` of them with three non-zeros."""
+    tokens = torch.randn(B, n, width + e + 1, generator=g, dtype=dtype)
+    keys = torch.nn.functional.one_hot(torch.randint(0, e, (B, n), generator=g), e).to(dtype)
+    keys *= torch.rand(B, n, 1, generator=g, dtype=dtype) + 0.5
+    keys *= torch.rand(B, n, 1, generator=g) > 0.2
+    if soft_rows and e >= 3:
+        soft = torch.rand(B, n, generator=g) < soft_rows
+        keys[soft] = 0.0
+        keys[soft, :3] = torch.rand(int(soft.sum()), 3, generator=g, dtype=dtype) + 0.1
+    tokens[..., width : width + e] = keys
+    return tokens
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)], ids=["float32", "float64"])
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("soft_rows", [0.0, 0.05], ids=["one-hot", "some-soft-rows"])
+def test_add_sparse_key_sums_equal_the_dense_product(dtype, tol, B, soft_rows):
+    g = torch.Generator().manual_seed(B)
+    d, e, n = 3, 5, 300
+    tokens = one_hot_tokens(B, n, d, e, dtype, g, soft_rows=soft_rows)
+    k, v = tokens[..., d : d + e], tokens[..., :d]  # strided slices of the token stream
+    assert not k.is_contiguous() and not v.is_contiguous()
+    kv0 = torch.randn(B, e, d, generator=g, dtype=dtype)
+    mass0 = torch.randn(B, e, generator=g, dtype=dtype)
+    kv, mass = kv0.clone(), mass0.clone()
+    before = tokens.clone()
+    assert kernels.add_sparse_key_sums(k, v, kv, mass) is True
+    assert torch.equal(tokens, before)
+    want_kv, want_mass = plain_sums(k.contiguous(), v.contiguous())
+    # Accumulated onto what was there.
+    torch.testing.assert_close(kv, kv0 + want_kv, rtol=tol, atol=tol * 10)
+    torch.testing.assert_close(mass, mass0 + want_mass, rtol=tol, atol=tol * 10)
+    # A second call adds the same again.
+    assert kernels.add_sparse_key_sums(k, v, kv, mass)
+    torch.testing.assert_close(kv, kv0 + 2 * want_kv, rtol=tol, atol=tol * 10)
+    torch.testing.assert_close(mass, mass0 + 2 * want_mass, rtol=tol, atol=tol * 10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_add_sparse_key_sums_of_empty_rows_single_rows_and_other_layouts(dtype):
+    g = torch.Generator().manual_seed(5)
+    cases = []
+    # All keys zero: nothing to add.
+    cases.append((torch.zeros(2, 30, 4, dtype=dtype), torch.randn(2, 30, 2, generator=g, dtype=dtype)))
+    # One key and a key width of 1; values as a strided slice of a wider tensor.
+    cases.append((torch.tensor([[[2.5]]], dtype=dtype), torch.randn(1, 1, 7, generator=g, dtype=dtype)[..., 2:5]))
+    # Keys and values batch-inner (a transposed batch), values broadcast over the batch.
+    keys = torch.nn.functional.one_hot(torch.randint(0, 3, (40, 4), generator=g), 3).to(dtype)
+    cases.append((keys.transpose(0, 1), torch.randn(1, 40, 2, generator=g, dtype=dtype).expand(4, -1, -1)))
+    for k, v in cases:
+        kv = torch.zeros(k.shape[0], k.shape[-1], v.shape[-1], dtype=dtype)
+        mass = torch.zeros(k.shape[0], k.shape[-1], dtype=dtype)
+        assert kernels.add_sparse_key_sums(k, v, kv, mass)
+        want_kv, want_mass = plain_sums(k.contiguous(), v.contiguous())
+        torch.testing.assert_close(kv, want_kv, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(mass, want_mass, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_add_sparse_key_sums_decline_dense_keys_and_accept_no_keys(dtype):
+    g = torch.Generator().manual_seed(0)
+    for B in [1, 3]:
+        k = torch.rand(B, 50, 6, generator=g, dtype=dtype) + 0.1  # every entry non-zero
+        v = torch.randn(B, 50, 3, generator=g, dtype=dtype)
+        kv0, mass0 = torch.randn(B, 6, 3, generator=g, dtype=dtype), torch.randn(B, 6, generator=g, dtype=dtype)
+        kv, mass = kv0.clone(), mass0.clone()
+        assert kernels.add_sparse_key_sums(k, v, kv, mass) is False
+        assert torch.equal(kv, kv0) and torch.equal(mass, mass0)  # nothing added, not even in part
+    # No keys: nothing to do, done.
+    kv0, mass0 = torch.randn(2, 4, 3, dtype=dtype), torch.randn(2, 4, dtype=dtype)
+    kv, mass = kv0.clone(), mass0.clone()
+    assert kernels.add_sparse_key_sums(torch.zeros(2, 0, 4, dtype=dtype), torch.zeros(2, 0, 3, dtype=dtype), kv, mass) is True
+    assert torch.equal(kv, kv0) and torch.equal(mass, mass0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("B", [1, 3])
+def test_gather_rows_into_a_slot_of_a_wider_tensor(dtype, B):
+    g = torch.Generator().manual_seed(B)
+    n, m, e, width = 20, 50, 4, 11
+    table_tokens = torch.randn(B, n, width, generator=g, dtype=dtype)
+    table = table_tokens[..., 2 : 2 + e]  # the values: a slice of the keys' tokens
+    index = torch.randint(0, n, (B, m), generator=g)
+    tokens = torch.randn(B, m, width, generator=g, dtype=dtype)
+    before = tokens.clone()
+    out = tokens[..., 5 : 5 + e]
+    assert kernels.gather_rows(table, index, out) is None
+    want = table[torch.arange(B).unsqueeze(-1), index]
+    assert torch.equal(out, want)
+    assert torch.equal(tokens[..., 5 : 5 + e], want)
+    assert torch.equal(tokens[..., :5], before[..., :5]) and torch.equal(tokens[..., 5 + e :], before[..., 5 + e :])
+    # A block of rows of the stream, as the in-place layer hands it over.
+    tokens = before.clone()
+    kernels.gather_rows(table, index[:, 10:30], tokens[:, 10:30, 5 : 5 + e])
+    assert torch.equal(tokens[:, 10:30, 5 : 5 + e], want[:, 10:30])
+    untouched = before.clone()
+    untouched[:, 10:30, 5 : 5 + e] = want[:, 10:30]
+    assert torch.equal(tokens, untouched)
+
+
+def test_gather_rows_refuses_an_out_with_strided_coordinates():
+    table = torch.randn(2, 6, 3, dtype=torch.float64)
+    index = torch.randint(0, 6, (2, 4))
+    for out in [torch.zeros(2, 4, 6, dtype=torch.float64)[..., ::2], torch.zeros(2, 3, 4, dtype=torch.float64).transpose(1, 2)]:
+        assert out.stride(-1) != 1
+        with pytest.raises(ValueError):
+            kernels.gather_rows(table, index, out)
+        assert not out.any()
+
+
+def test_usable_only_for_cpu_floats_without_autograd(monkeypatch):
+    x = torch.randn(2, 3)
+    monkeypatch.delenv(kernels.OFF_ENV, raising=False)
+    assert kernels.usable(x, x.double())
+    assert not kernels.usable(x, x.half())
+    assert not kernels.usable(torch.ones(2, dtype=torch.long))
+    w = x.clone().requires_grad_()
+    assert not kernels.usable(w)
+    with torch.no_grad():
+        assert kernels.usable(w)
+    monkeypatch.setenv(kernels.OFF_ENV, "0")
+    assert kernels.usable(x)
+    monkeypatch.setenv(kernels.OFF_ENV, "1")
+    assert not kernels.usable(x)
+
+
+def assert_same_map_output(got, want):
+    assert torch.equal(got.index, want.index)
+    assert got.weights is None and want.weights is None and got.stay is None and want.stay is None
+    assert (got.ties is None) == (want.ties is None)
+    if got.ties is not None:
+        assert torch.equal(got.ties[0], want.ties[0])
+        torch.testing.assert_close(got.ties[1], want.ties[1], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("keys_major", [False, True])
+def test_hardmax_with_and_without_kernels(monkeypatch, dtype, ties, keys_major):
+    g = torch.Generator().manual_seed(int(ties))
+    B, m, n = 2, 40, 33
+    if ties:
+        logits = torch.randint(-3, 2, (B, n, m), generator=g).to(dtype)
+    else:
+        logits = torch.randn(B, n, m, generator=g, dtype=dtype)
+    logits = logits.transpose(1, 2) if keys_major else logits.transpose(1, 2).contiguous()
+    monkeypatch.delenv(kernels.OFF_ENV, raising=False)
+    assert kernels.usable(logits)
+    with_kernels = Hardmax()(logits)
+    monkeypatch.setenv(kernels.OFF_ENV, "1")
+    without = Hardmax()(logits)
+    assert (with_kernels.ties is not None) == ties
+    assert_same_map_output(with_kernels, without)
+    torch.testing.assert_close(dense(with_kernels, n, dtype), plain_hardmax(logits), atol=0, rtol=0)
+
+
+def test_hardmax_of_a_nan_row_with_and_without_kernels(monkeypatch):
+    logits = torch.randn(1, 6, 9, dtype=torch.float64)
+    logits[0, 2, 4] = float("nan")
+    logits[0, 4, [1, 7]] = logits[0, 4].amax() + 1.0  # a tie
+    monkeypatch.delenv(kernels.OFF_ENV, raising=False)
+    with_kernels = Hardmax()(logits)
+    monkeypatch.setenv(kernels.OFF_ENV, "1")
+    without = Hardmax()(logits)
+    assert with_kernels.ties[0].tolist() == without.ties[0].tolist() == [[0, 2], [0, 4]]
+    torch.testing.assert_close(with_kernels.ties[1], without.ties[1], atol=0, rtol=0, equal_nan=True)
+    assert torch.isnan(with_kernels.ties[1][0]).all()  # as the plain map: NaN in, NaN out
+    untied = torch.tensor([0, 1, 3, 5])
+    assert torch.equal(with_kernels.index[0, untied], without.index[0, untied])
+    assert int(with_kernels.index.max()) < 9  # a tied row's index is clamped into range either way
+
+
+def counting(monkeypatch, names):
+    """Count the calls of the named kernels (which still run)."""
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        def counted(*args, _name=name, _real=getattr(kernels, name), **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(kernels, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("cache_block", [None, 64], ids=["default-blocks", "tiny-blocks"])
+def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block):
+    if cache_block is not None:
+        monkeypatch.setattr(ktframe.model, "CACHE_BLOCK", cache_block)
+    g = torch.Generator().manual_seed(10 + B)
+    X, _ = mixture(B, 300, 3, 5, generator=g, dtype=torch.float64)
+    C0 = reference.kmeans_plusplus(X, 5, g)
+    model = ktframe.build_model("lloyd", d=3, k=5, n_layers=4, reset="identity", dtype=torch.float64)
+    names = [name for name in ["argmax_count", "argmax_dot", "add_sparse_key_sums", "gather_rows"] if hasattr(kernels, name)]
+    calls = counting(monkeypatch, names)
+    monkeypatch.delenv(kernels.OFF_ENV, raising=False)
+    with torch.no_grad():
+        with_kernels = model(X, C0)
+    # The kernels did the work: the arg-max, the center update's key sums, the assignments
+    # gathered straight into the stream.
+    assert calls["add_sparse_key_sums"] > 0 and calls["gather_rows"] > 0
+    assert calls["argmax_count"] + calls.get("argmax_dot", 0) > 0
+    monkeypatch.setenv(kernels.OFF_ENV, "1")
+    calls.update(dict.fromkeys(calls, 0))
+    with torch.no_grad():
+        without = model(X, C0)
+    assert not any(calls.values())
+    for field in ["centers", "assignments", "trajectory"]:
+        torch.testing.assert_close(getattr(with_kernels, field), getattr(without, field), atol=1e-12, rtol=0)
+    assert torch.equal(with_kernels.labels, without.labels)
+    want = reference.lloyd(X, C0, 4)
+    for got in [with_kernels, without]:
+        torch.testing.assert_close(got.trajectory, want.trajectory, atol=1e-9, rtol=0)
+        torch.testing.assert_close(got.centers, want.centers, atol=1e-9, rtol=0)
+        torch.testing.assert_close(got.assignments, want.assignments, atol=1e-9, rtol=0)
+        assert torch.equal(got.labels, want.labels)
