@@ -1,14 +1,17 @@
-"""Fused CPU loops (numba) for the two hot spots of hard attention that eager PyTorch runs as many passes.
+"""Fused CPU loops (numba) for the hot spots of hard attention that eager PyTorch runs as many passes.
 
 - :func:`argmax_count`: every row's arg-max and number of maximal entries, in one parallel pass
   over a block of logits (the arg-max map; eager PyTorch takes a max, a compare and a reduction).
+- :func:`argmax_dot`: the same for logits ``a (q·k) + b ‖k‖²`` of few coordinates, summed on
+  the spot without building them (an arg-max head over many small tasks).
 - :func:`add_sparse_key_sums`: ``Σᵢ kᵢ vᵢᵀ`` and ``Σᵢ kᵢ`` over keys with few non-zeros (the
   one-hot assignments that the center update reads), touching only the non-zeros: O(nnz · f)
   instead of the O(n · e · f) dense product.
+- :func:`gather_rows`: value rows picked by index, written straight into a slot of the stream.
 
-Both compute exactly what their PyTorch counterparts compute (sums in another order). They run on
-CPU tensors of float32 or float64 that need no gradient; :func:`usable` says when, and
-``KTFRAME_NO_KERNELS=1`` turns them off (PyTorch's own ops are used then, as on a GPU).
+On finite inputs they compute what their PyTorch counterparts compute (sums in another order).
+They run on CPU tensors of float32 or float64 that need no gradient; :func:`usable` says when,
+and ``KTFRAME_NO_KERNELS=1`` turns them off (PyTorch's own ops are used then, as on a GPU).
 """
 
 from __future__ import annotations
@@ -78,24 +81,78 @@ def argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return count.view(logits.shape[:-1]), index.view(logits.shape[:-1])
 
 
+@njit(parallel=True, cache=True, nogil=True)
+def _argmax_direct(q, keys_t, bias, a, index, count, chunk):
+    # The same scores with q·k summed on the spot, across the keys (keys_t is (B, d, n)): for a
+    # few coordinates a matrix product costs more in its own overhead than in arithmetic. Work
+    # is dealt in chunks of one task's queries.
+    B, m, d = q.shape
+    n = keys_t.shape[2]
+    chunks = (m + chunk - 1) // chunk
+    for t in prange(B * chunks):
+        b = t // chunks
+        lo = (t - b * chunks) * chunk
+        offset = bias[b]
+        keys = keys_t[b]
+        queries = q[b]
+        logits = np.empty(n, bias.dtype)
+        for i in range(lo, min(m, lo + chunk)):
+            for j in range(n):
+                logits[j] = offset[j]
+            for c in range(d):
+                w = a * queries[i, c]
+                for j in range(n):
+                    logits[j] += w * keys[c, j]
+            best = _row_max(logits)
+            hits = 0
+            columns = 0
+            nans = 0
+            for j in range(n):
+                hit = np.int64(logits[j] == best)
+                hits += hit
+                columns += hit * j
+                nans += np.int64(logits[j] != logits[j])
+            index[b, i] = columns
+            count[b, i] = 0 if nans else hits
+
+
+# With at most this many coordinates, scores summed inside the kernel beat a matrix product.
+DIRECT_MAX_WIDTH = 8
+
+
+def argmax_dot(q: torch.Tensor, k: torch.Tensor, a: float, b: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`argmax_count` of the logits ``a (q·k) + b ‖k‖²`` for queries ``q`` (B, m, d) and
+    keys ``k`` (B, n, d), summed on the spot without building them: for few coordinates
+    (d ≤ ``DIRECT_MAX_WIDTH``; with more, a matrix product and :func:`argmax_count` are faster).
+    All of B, m, n and d must be at least 1."""
+    B, m, d = q.shape
+    index = torch.empty(B, m, dtype=torch.int64)
+    count = torch.empty(B, m, dtype=torch.int64)
+    bias = (k.pow(2).sum(-1) * b).contiguous()
+    keys_t = k.transpose(-1, -2).contiguous()
+    _argmax_direct(_array(q), _array(keys_t), _array(bias), np.dtype(_array(bias).dtype).type(a), index.numpy(), count.numpy(), 256)
+    return count, index
+
+
 # --- key sums over sparse keys ----------------------------------------------------------------
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def _sparse_key_sums(keys, key_strides, values, value_strides, B, R, e, f, kv, mass, budget):
     # keys[b, r, j] is keys[b * key_strides[0] + r * key_strides[1] + j] (likewise the values):
-    # flat unit-stride rows, which LLVM vectorises where a strided 3-D view is not. Rows of the
-    # (B, R) batch are dealt to len(kv) parts, each with its own partial sums; a part stops once it
-    # has met more than `budget` non-zeros (the keys are not sparse).
-    parts = kv.shape[0]
-    total = B * R
-    step = (total + parts - 1) // parts
-    dense = np.zeros(parts, np.bool_)
-    for p in prange(parts):
+    # flat unit-stride rows, which LLVM vectorises where a strided 3-D view is not. Each task's
+    # rows are split into len(kv) runs, each summed into its own partial sums; a run stops once
+    # it has met more than `budget` non-zeros (the keys are not sparse).
+    split = kv.shape[0]
+    step = (R + split - 1) // split
+    dense = np.zeros(B * split, np.bool_)
+    for t in prange(B * split):
+        b = t // split
+        s = t - b * split
+        sums = kv[s, b]
+        counts = mass[s, b]
         seen = 0
-        for t in range(p * step, min(total, (p + 1) * step)):
-            b = t // R
-            r = t - b * R
+        for r in range(s * step, min(R, (s + 1) * step)):
             start = b * key_strides[0] + r * key_strides[1]
             row = keys[start : start + e]
             start = b * value_strides[0] + r * value_strides[1]
@@ -108,13 +165,13 @@ def _sparse_key_sums(keys, key_strides, values, value_strides, B, R, e, f, kv, m
                 column += hit * j
             seen += hits
             if seen > budget:
-                dense[p] = True
+                dense[t] = True
                 break
             for j in range(column, column + 1) if hits == 1 else range(e if hits else 0):
                 w = row[j]
                 if w != 0:
-                    mass[p, b, j] += w
-                    acc = kv[p, b, j]
+                    counts[j] += w
+                    acc = sums[j]
                     for c in range(f):
                         acc[c] += w * value[c]
     return not dense.any()
@@ -137,10 +194,13 @@ def add_sparse_key_sums(k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, mass
     B, n, e = k.shape
     if B * n == 0:
         return True
-    parts = max(1, min(numba.get_num_threads(), B * n))
-    partial_kv = np.zeros((parts, *kv.shape), dtype=_array(kv).dtype)
-    partial_mass = np.zeros((parts, *mass.shape), dtype=_array(mass).dtype)
-    budget = 2 * (B * n // parts + 1)
+    if e == 0 or v.shape[-1] == 0:  # nothing to vectorise over: the product handles it
+        return False
+    # Tasks are summed in parallel; a task's rows are split only where there are fewer tasks than threads.
+    split = max(1, min(n, -(-numba.get_num_threads() // B)))
+    partial_kv = np.zeros((split, *kv.shape), dtype=_array(kv).dtype)
+    partial_mass = np.zeros((split, *mass.shape), dtype=_array(mass).dtype)
+    budget = 2 * (-(-n // split))
     keys, key_strides = _flat(k)
     values, value_strides = _flat(v)
     if not _sparse_key_sums(keys, key_strides, values, value_strides, B, n, e, v.shape[-1], partial_kv, partial_mass, budget):
@@ -173,6 +233,8 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> 
     B, m, e = out.shape
     if out.stride(-1) != 1 and e > 1:
         raise ValueError("gather_rows writes rows whose coordinates are contiguous")
+    if out.numel() == 0:
+        return
     values, value_strides = _flat(table)
     target, target_strides = _flat(out)
     _gather_rows(values, value_strides, _array(index), target, target_strides, B, m, e)

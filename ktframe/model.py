@@ -19,7 +19,7 @@ from torch import nn
 
 from ktframe import kernels
 from ktframe.components.embeddings import Embedding
-from ktframe.components.maps import AttentionMap
+from ktframe.components.maps import AttentionMap, MapOutput
 from ktframe.components.scores import Score
 from ktframe.reference import assign
 from ktframe.result import ClusteringResult
@@ -115,6 +115,9 @@ class AttentionHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.identity = identity
         self.fused = not identity and attention_map.softmax and score.dot_product_form(self.gamma) is not None
+        # An arg-max over dot-product-form logits of few coordinates: on CPU a kernel sums the
+        # scores on the spot, without building the logits (ktframe.kernels.argmax_dot).
+        self.fused_argmax = not identity and attention_map.argmax and score.dot_product_form(self.gamma) is not None
 
     @property
     def linear_attention(self) -> bool:
@@ -188,7 +191,9 @@ class AttentionHead(nn.Module):
 
     def _block(self, q, k, v, queries, into=None):
         score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
-        out = self.map(score(q, k, self.gamma))
+        out = self._argmax(q, k) if self.fused_argmax and 0 < q.shape[-1] <= kernels.DIRECT_MAX_WIDTH and min(*q.shape, k.shape[1]) and kernels.usable(q, k) else None
+        if out is None:  # not fused, or a tie / NaN among the kernel's rows: the map decides
+            out = self.map(score(q, k, self.gamma))
         if out.index is not None:  # one winner per query: pick its value row instead of a one-hot product
             if into is not None and out.ties is None and into.stride(-1) == 1 and kernels.usable(v, into):
                 kernels.gather_rows(v, out.index, into)
@@ -204,6 +209,10 @@ class AttentionHead(nn.Module):
         if out.stay is not None:
             values = values + out.stay * self.v(queries)
         return values if into is None else into.copy_(values)
+
+    def _argmax(self, q, k) -> MapOutput | None:
+        count, index = kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma))
+        return MapOutput(index=index) if bool((count == 1).all()) else None
 
     def _fused(self, q, k, v):
         a, b = self.score.dot_product_form(self.gamma)

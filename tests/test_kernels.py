@@ -477,3 +477,32 @@ def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block):
         torch.testing.assert_close(got.centers, want.centers, atol=1e-9, rtol=0)
         torch.testing.assert_close(got.assignments, want.assignments, atol=1e-9, rtol=0)
         assert torch.equal(got.labels, want.labels)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("B, m, n, d", [(3, 200, 8, 2), (1, 50, 1, 1), (2, 7, 30, 8)])
+def test_argmax_dot_equals_the_arg_max_of_its_logits(dtype, B, m, n, d):
+    g = torch.Generator().manual_seed(B * 1000 + m + n + d)
+    q, k = torch.randn(B, m, d, generator=g, dtype=dtype), torch.randn(B, n, d, generator=g, dtype=dtype)
+    k[:, 0] = q[:, 0]  # query 0 sits on key 0 ...
+    k[:, -1] = k[:, 0]  # ... which has an exact duplicate: every query nearest to it ties
+    count, index = kernels.argmax_dot(q, k, 2.0, -1.0)
+    logits = 2.0 * q @ k.transpose(1, 2) - k.pow(2).sum(-1).unsqueeze(1)
+    winners = logits == logits.amax(-1, keepdim=True)
+    # Scores summed in another order may differ in the last bits: compare where the best key
+    # wins clearly, and where the duplicate pair (which ties exactly in both sums) wins.
+    gap = logits.topk(2, dim=-1).values.diff(dim=-1).abs().squeeze(-1) if n > 2 else torch.full((B, m), 1.0, dtype=dtype)
+    single = (winners.sum(-1) == 1) & (gap > 1e-4)
+    assert torch.equal(count[single], torch.ones_like(count[single]))
+    assert torch.equal(index[single], logits.argmax(-1)[single])
+    if n > 1:
+        pair = winners[..., 0] & winners[..., -1]
+        assert bool(pair.any())
+        assert bool((count[pair] == 2).all()) and bool((index[pair] == n - 1).all())
+
+
+def test_argmax_dot_counts_nan_rows_zero():
+    q, k = torch.randn(1, 4, 2), torch.randn(1, 5, 2)
+    q[0, 2, 1] = float("nan")
+    count, _ = kernels.argmax_dot(q, k, 2.0, -1.0)
+    assert count[0, 2] == 0 and bool((count[0, [0, 1, 3]] == 1).all())

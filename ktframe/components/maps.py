@@ -32,6 +32,7 @@ class AttentionMap:
     linear = False  # weights are a fixed linear function of the logits (row normalisation)
     shift_invariant = False  # adding a constant to all logits of a query changes nothing
     softmax = False  # the weights are exactly softmax(logits): a fused attention kernel may apply the map
+    argmax = False  # weight 1 on the key of maximal logit (ties averaged): a fused arg-max kernel may apply it
     description = ""
 
     def __call__(self, logits: torch.Tensor) -> MapOutput:
@@ -61,7 +62,7 @@ class Hardmax(AttentionMap):
 
     def __init__(self, threshold: float | None = None) -> None:
         self.threshold = threshold
-        self.shift_invariant = threshold is None
+        self.shift_invariant = self.argmax = threshold is None
 
     def __call__(self, logits):
         if self.threshold is None and kernels.usable(logits):
