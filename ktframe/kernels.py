@@ -51,22 +51,25 @@ def _row_max(row):
     return best
 
 
+@njit(cache=True, nogil=True)
+def _maxima(row):
+    # (sum of the columns of the maximal entries, their number; 0 if the row holds a NaN)
+    best = _row_max(row)
+    hits = 0
+    columns = 0
+    nans = 0
+    for j in range(row.shape[0]):  # integer sums of compares: vectorised, unlike a first-hit search
+        hit = np.int64(row[j] == best)
+        hits += hit
+        columns += hit * j
+        nans += np.int64(row[j] != row[j])
+    return columns, 0 if nans else hits
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _argmax_rows(logits, index, count):
-    rows, n = logits.shape
-    for r in prange(rows):
-        row = logits[r]
-        best = _row_max(row)
-        hits = 0
-        columns = 0
-        nans = 0
-        for j in range(n):  # integer sums of compares: vectorised, unlike a first-hit search
-            hit = np.int64(row[j] == best)
-            hits += hit
-            columns += hit * j
-            nans += np.int64(row[j] != row[j])
-        index[r] = columns
-        count[r] = 0 if nans else hits
+    for r in prange(logits.shape[0]):
+        index[r], count[r] = _maxima(logits[r])
 
 
 def argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -103,17 +106,7 @@ def _argmax_direct(q, keys_t, bias, a, index, count, chunk):
                 w = a * queries[i, c]
                 for j in range(n):
                     logits[j] += w * keys[c, j]
-            best = _row_max(logits)
-            hits = 0
-            columns = 0
-            nans = 0
-            for j in range(n):
-                hit = np.int64(logits[j] == best)
-                hits += hit
-                columns += hit * j
-                nans += np.int64(logits[j] != logits[j])
-            index[b, i] = columns
-            count[b, i] = 0 if nans else hits
+            index[b, i], count[b, i] = _maxima(logits)
 
 
 # With at most this many coordinates, scores summed inside the kernel beat a matrix product.
