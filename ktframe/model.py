@@ -192,7 +192,7 @@ class AttentionHead(nn.Module):
 
     def _block(self, q, k, v, queries, into=None):
         score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
-        out = self._argmax(q, k) if self.fused_argmax and 0 < q.shape[-1] <= kernels.DIRECT_MAX_WIDTH and min(*q.shape, k.shape[1]) and kernels.usable(q, k) else None
+        out = self._argmax(q, k) if self.fused_argmax else None
         if out is None:  # not fused, or a tie / NaN among the kernel's rows: the map decides
             out = self.map(score(q, k, self.gamma))
         if out.index is not None:  # one winner per query: pick its value row instead of a one-hot product
@@ -212,6 +212,9 @@ class AttentionHead(nn.Module):
         return values if into is None else into.copy_(values)
 
     def _argmax(self, q, k) -> MapOutput | None:
+        """The kernel's arg-max for few coordinates on CPU; None where it does not apply or meets a tie."""
+        if not (min(*q.shape, k.shape[1]) and q.shape[-1] <= kernels.DIRECT_MAX_WIDTH and kernels.usable(q, k)):
+            return None
         count, index = kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma))
         return MapOutput(index=index) if bool((count == 1).all()) else None
 
