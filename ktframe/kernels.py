@@ -2,12 +2,15 @@
 
 - :func:`argmax_count`: every row's arg-max and number of maximal entries, in one parallel pass
   over a block of logits (the arg-max map; eager PyTorch takes a max, a compare and a reduction).
-- :func:`argmax_dot`: the same for logits ``a (q·k) + b ‖k‖²`` of few coordinates, summed on
-  the spot without building them (an arg-max head over many small tasks).
+- :func:`argmax_dot`: the same for logits ``a (q·k) + b ‖k‖²`` without building them all: a
+  thread's tile of a few hundred queries at a time, summed on the spot for few coordinates or
+  by a single-threaded BLAS product for more, and reduced while it is in cache; optionally
+  with the sums, by winner, of value rows (a cluster's points), O(n · f) in the same pass.
 - :func:`add_sparse_key_sums`: ``Σᵢ kᵢ vᵢᵀ`` and ``Σᵢ kᵢ`` over keys with few non-zeros (the
   one-hot assignments that the center update reads), touching only the non-zeros: O(nnz · f)
   instead of the O(n · e · f) dense product.
 - :func:`gather_rows`: value rows picked by index, written straight into a slot of the stream.
+
 
 On finite inputs they compute what their PyTorch counterparts compute (sums in another order).
 They run on CPU tensors of float32 or float64 that need no gradient; :func:`usable` says when,
@@ -16,7 +19,9 @@ and ``KTFRAME_NO_KERNELS=1`` turns them off (PyTorch's own ops are used then, as
 
 from __future__ import annotations
 
+import functools
 import os
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -52,24 +57,25 @@ def _row_max(row):
 
 
 @njit(cache=True, nogil=True)
-def _maxima(row):
-    # (sum of the columns of the maximal entries, their number; 0 if the row holds a NaN)
-    best = _row_max(row)
+def _maxima(row, slack):
+    # (sum of the columns of the entries within `slack` of the maximum, their number; a row
+    # holding a NaN: count 0). With slack 0: the maximal entries.
+    floor = _row_max(row) - slack
     hits = 0
     columns = 0
     nans = 0
-    for j in range(row.shape[0]):  # integer sums of compares: vectorised, unlike a first-hit search
-        hit = np.int64(row[j] == best)
-        hits += hit
-        columns += hit * j
-        nans += np.int64(row[j] != row[j])
+    for j in range(row.shape[0]):  # sums of compares and selects: vectorised, unlike a first-hit search
+        x = row[j]
+        hits += np.int64(x >= floor)
+        columns += j if x >= floor else 0
+        nans += np.int64(x != x)
     return columns, 0 if nans else hits
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def _argmax_rows(logits, index, count):
     for r in prange(logits.shape[0]):
-        index[r], count[r] = _maxima(logits[r])
+        index[r], count[r] = _maxima(logits[r], 0.0)
 
 
 def argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,8 +90,36 @@ def argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return count.view(logits.shape[:-1]), index.view(logits.shape[:-1])
 
 
+@njit(fastmath={"reassoc"}, cache=True, nogil=True)
+def _sum_squares(x):
+    # For a bound: any order of summation will do, and this flag lets LLVM vectorise it.
+    total = 0.0
+    for c in range(x.shape[0]):
+        total += np.float64(x[c]) * np.float64(x[c])
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _slack(squares, reach, bounds):
+    # A bound on the difference between two roundings of one logit a (q·k) + b ‖k‖² (the
+    # kernel's and PyTorch's): bounds = (2 (d + 2) ε, |b|), squares = ‖a q‖², reach = max ‖k‖.
+    return bounds[0] * (np.sqrt(squares) * reach + bounds[1] * reach * reach)
+
+
+@njit(cache=True, nogil=True)
+def _tally(values, value_strides, b, i, j, sums, sizes, thread):
+    # Value row (b, i) added to segment j of this thread's partial sums: values[b, i, c] is
+    # values[b * value_strides[0] + i * value_strides[1] + c] (see _flat).
+    sizes[thread, b, j] += 1
+    start = b * value_strides[0] + i * value_strides[1]
+    row = values[start : start + sums.shape[3]]
+    total = sums[thread, b, j]
+    for c in range(row.shape[0]):
+        total[c] += row[c]
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_direct(q, keys_t, bias, a, index, count, chunk):
+def _argmax_direct(q, keys_t, bias, a, reach, bounds, index, count, chunk, values, value_strides, sums, sizes):
     # The same scores with q·k summed on the spot, across the keys (keys_t is (B, d, n)): for a
     # few coordinates a matrix product costs more in its own overhead than in arithmetic. Work
     # is dealt in chunks of one task's queries.
@@ -99,32 +133,115 @@ def _argmax_direct(q, keys_t, bias, a, index, count, chunk):
         keys = keys_t[b]
         queries = q[b]
         logits = np.empty(n, bias.dtype)
+        thread = numba.get_thread_id()
         for i in range(lo, min(m, lo + chunk)):
             for j in range(n):
                 logits[j] = offset[j]
+            squares = 0.0
             for c in range(d):
                 w = a * queries[i, c]
+                squares += w * w
                 for j in range(n):
                     logits[j] += w * keys[c, j]
-            index[b, i], count[b, i] = _maxima(logits)
+            index[b, i], count[b, i] = _maxima(logits, _slack(squares, reach[b], bounds))
+            if sums.shape[0] and count[b, i] == 1:
+                _tally(values, value_strides, b, i, index[b, i], sums, sizes, thread)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, index, count, chunk, values, value_strides, sums, sizes):
+    # A tile of `chunk` queries against all keys per step, through a BLAS product (np.dot), and
+    # reduced while it is in cache: the logits of a whole block, as PyTorch would build them, go
+    # out to memory and back. keys_t (B, d + 1, n) holds the bias as its last row, which the
+    # product adds against a last coordinate 1 of the tile. The queries come as flat
+    # unit-stride rows (see _flat).
+    chunks = (m + chunk - 1) // chunk
+    for t in prange(B * chunks):
+        b = t // chunks
+        lo = (t - b * chunks) * chunk
+        rows = min(m, lo + chunk) - lo
+        tile = np.empty((rows, d + 1), q.dtype)  # scaled and contiguous, as BLAS wants it
+        for i in range(rows):
+            start = b * q_strides[0] + (lo + i) * q_strides[1]
+            query = q[start : start + d]
+            for c in range(d):
+                tile[i, c] = a * query[c]
+            tile[i, d] = 1
+        logits = np.dot(tile, keys_t[b])
+        thread = numba.get_thread_id()
+        for i in range(rows):
+            slack = _slack(_sum_squares(tile[i, :d]), reach[b], bounds)
+            index[b, lo + i], count[b, lo + i] = _maxima(logits[i], slack)
+            if sums.shape[0] and count[b, lo + i] == 1:
+                _tally(values, value_strides, b, lo + i, index[b, lo + i], sums, sizes, thread)
 
 
 # With at most this many coordinates, scores summed inside the kernel beat a matrix product.
 DIRECT_MAX_WIDTH = 8
+# Queries per tile of the BLAS kernel: 256 × n logits stay in a core's cache for n in the hundreds.
+GEMM_TILE = 256
 
 
-def argmax_dot(q: torch.Tensor, k: torch.Tensor, a: float, b: float) -> tuple[torch.Tensor, torch.Tensor]:
+@functools.cache
+def _blas_controller():
+    # The BLAS that numba's np.dot calls (SciPy's), which must run one thread per tile: the
+    # kernel's own threads already share the tiles, and nested BLAS threads oversubscribe the CPU.
+    import scipy.linalg.cython_blas  # noqa: F401  (loads the library the controller must see)
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+class Winners(NamedTuple):
+    """What :func:`argmax_dot` finds: per query ``(B, m)``, the number of keys within rounding
+    of the maximum and its column (with several: the sum of their columns); and, if it was given
+    values ``(B, m, f)``, the sums ``(B, n, f)`` and numbers ``(B, n)`` of the value rows of the
+    queries that each key wins outright (count 1)."""
+
+    count: torch.Tensor
+    index: torch.Tensor
+    sums: torch.Tensor | None = None
+    sizes: torch.Tensor | None = None
+
+
+def argmax_dot(q: torch.Tensor, k: torch.Tensor, a: float, b: float, values: torch.Tensor | None = None) -> Winners:
     """:func:`argmax_count` of the logits ``a (q·k) + b ‖k‖²`` for queries ``q`` (B, m, d) and
-    keys ``k`` (B, n, d), summed on the spot without building them: for few coordinates
-    (d ≤ ``DIRECT_MAX_WIDTH``; with more, a matrix product and :func:`argmax_count` are faster).
-    All of B, m, n and d must be at least 1."""
+    keys ``k`` (B, n, d), without building them: each thread sums one tile of queries at a time
+    and reduces it while it is in cache. With ``values`` (B, m, f), the value rows are summed by
+    winning key in the same pass (a cluster's sum and size). All of B, m, n and d must be at
+    least 1.
+
+    A key counts as maximal if it comes within rounding of the maximum: within a bound on how
+    far two roundings of the logit may differ (sums in another order, BLAS or PyTorch). A count
+    of 1 is then a winner that any rounding of these logits agrees on; a query with close rivals
+    counts 2 or more and is for the caller to decide, e.g. through the map as on the plain path.
+    """
     B, m, d = q.shape
+    n = k.shape[1]
     index = torch.empty(B, m, dtype=torch.int64)
     count = torch.empty(B, m, dtype=torch.int64)
-    bias = (k.pow(2).sum(-1) * b).contiguous()
-    keys_t = k.transpose(-1, -2).contiguous()
-    _argmax_direct(_array(q), _array(keys_t), _array(bias), np.dtype(_array(bias).dtype).type(a), index.numpy(), count.numpy(), 256)
-    return count, index
+    squares = k.pow(2).sum(-1)
+    reach = _array(squares.amax(-1).sqrt().to(torch.float64))
+    bounds = np.array([2 * (d + 2) * torch.finfo(k.dtype).eps, abs(b)])
+    dtype = _array(k).dtype
+    a = dtype.type(a)
+    # Partial sums per thread (numba's thread ids run below NUMBA_NUM_THREADS), or none.
+    f = -1 if values is None else values.shape[-1]
+    threads = numba.config.NUMBA_NUM_THREADS if values is not None else 0
+    sums = np.zeros((threads, B, n, max(f, 0)), dtype=dtype)
+    sizes = np.zeros((threads, B, n), dtype=dtype)
+    flat, strides = _flat(values) if f > 0 else (np.zeros(1, dtype), np.zeros(2, np.int64))
+    tally = (flat, strides, sums, sizes)
+    if d <= DIRECT_MAX_WIDTH:
+        keys_t = _array(k.transpose(-1, -2).contiguous())
+        _argmax_direct(_array(q), keys_t, _array(squares * b), a, reach, bounds, index.numpy(), count.numpy(), 256, *tally)
+    else:
+        keys_t = _array(torch.cat([k, (squares * b).unsqueeze(-1)], dim=-1).transpose(-1, -2).contiguous())
+        with _blas_controller().limit(limits=1, user_api="blas"):
+            _argmax_gemm(*_flat(q), B, m, d, keys_t, a, reach, bounds, index.numpy(), count.numpy(), GEMM_TILE, *tally)
+    if values is None:
+        return Winners(count, index)
+    return Winners(count, index, torch.from_numpy(sums.sum(axis=0)), torch.from_numpy(sizes.sum(axis=0)))
 
 
 # --- key sums over sparse keys ----------------------------------------------------------------
@@ -211,6 +328,8 @@ def _gather_rows(table, table_strides, index, out, out_strides, B, m, e):
     for t in prange(B * m):
         b = t // m
         i = t - b * m
+        if index[b, i] < 0:
+            continue
         start = b * table_strides[0] + index[b, i] * table_strides[1]
         source = table[start : start + e]
         start = b * out_strides[0] + i * out_strides[1]
@@ -222,7 +341,8 @@ def _gather_rows(table, table_strides, index, out, out_strides, B, m, e):
 def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> None:
     """``out[b, i] = table[b, index[b, i]]`` for ``table`` (B, n, e), ``index`` (B, m) and ``out``
     (B, m, e), which may be a view into a larger tensor (rows of a token stream's slot): one pass,
-    where PyTorch gathers into a new tensor and copies that."""
+    where PyTorch gathers into a new tensor and copies that. Rows of negative index are left as
+    they are."""
     B, m, e = out.shape
     if out.stride(-1) != 1 and e > 1:
         raise ValueError("gather_rows writes rows whose coordinates are contiguous")
@@ -231,3 +351,4 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> 
     values, value_strides = _flat(table)
     target, target_strides = _flat(out)
     _gather_rows(values, value_strides, _array(index), target, target_strides, B, m, e)
+

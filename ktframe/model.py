@@ -116,8 +116,8 @@ class AttentionHead(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.identity = identity
         self.fused = not identity and attention_map.softmax and score.dot_product_form(self.gamma) is not None
-        # An arg-max over dot-product-form logits of few coordinates: on CPU a kernel sums the
-        # scores on the spot, without building the logits (ktframe.kernels.argmax_dot).
+        # An arg-max over dot-product-form logits: on CPU a kernel reduces them tile by tile
+        # without building the block's logits (ktframe.kernels.argmax_dot).
         self.fused_argmax = not identity and attention_map.argmax and score.dot_product_form(self.gamma) is not None
 
     @property
@@ -181,20 +181,42 @@ class AttentionHead(nn.Module):
         """The dense attention map ``(B, m, n)`` (for inspection and pictures)."""
         if self.identity:
             return torch.eye(queries.shape[1], dtype=queries.dtype, device=queries.device).expand(queries.shape[0], -1, -1)
-        out = self.map(self.score(self.q(queries), self.k(keys), self.gamma))
+        return self.map_weights(self.q(queries), self.k(keys))
+
+    def map_weights(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """The dense map ``(B, m, n)`` of projected queries and keys."""
+        out = self.map(self._logits(q, k))
         if out.weights is not None:
             return out.weights
-        weights = torch.nn.functional.one_hot(out.index, keys.shape[1]).to(queries.dtype)
+        weights = torch.nn.functional.one_hot(out.index, k.shape[1]).to(q.dtype)
         if out.ties is not None:
             tied, tie_weights = out.ties
             weights[tied[:, 0], tied[:, 1]] = tie_weights
         return weights
 
-    def _block(self, q, k, v, queries, into=None):
+    def attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The map's output values for the few projected queries that ``rows`` (B, m) marks:
+        ``(task, row, values)``, with ``values`` (r, f). Each task's marked queries go through
+        the map together, against that task's keys alone."""
+        task, row = rows.nonzero().unbind(1)  # in order of task
+        tasks, per_task = task.unique_consecutive(return_counts=True)
+        group = torch.repeat_interleave(torch.arange(len(tasks)), per_task)
+        place = torch.arange(len(task)) - (per_task.cumsum(0) - per_task)[group]
+        queries = q.new_zeros(len(tasks), int(per_task.max()), q.shape[-1])  # padded: the padding's output is dropped
+        queries[group, place] = q[task, row]
+        values = torch.bmm(self.map_weights(queries, k[tasks]), v[tasks])
+        return task, row, values[group, place]
+
+    def _logits(self, q, k):
         score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
-        out = self._argmax(q, k) if self.fused_argmax else None
-        if out is None:  # not fused, or a tie / NaN among the kernel's rows: the map decides
-            out = self.map(score(q, k, self.gamma))
+        return score(q, k, self.gamma)
+
+    def _block(self, q, k, v, queries, into=None):
+        found = self.winners(q, k)
+        if found is not None and bool((found.count == 1).all()):
+            out = MapOutput(index=found.index)
+        else:  # not fused, or a tie / NaN among the kernel's rows: the map decides
+            out = self.map(self._logits(q, k))
         if out.index is not None:  # one winner per query: pick its value row instead of a one-hot product
             if into is not None and out.ties is None and into.stride(-1) == 1 and kernels.usable(v, into):
                 kernels.gather_rows(v, out.index, into)
@@ -211,12 +233,16 @@ class AttentionHead(nn.Module):
             values = values + out.stay * self.v(queries)
         return values if into is None else into.copy_(values)
 
-    def _argmax(self, q, k) -> MapOutput | None:
-        """The kernel's arg-max for few coordinates on CPU; None where it does not apply or meets a tie."""
-        if not (min(*q.shape, k.shape[1]) and q.shape[-1] <= kernels.DIRECT_MAX_WIDTH and kernels.usable(q, k)):
+    def winners(self, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor | None = None) -> kernels.Winners | None:
+        """The CPU arg-max kernel's :class:`~ktframe.kernels.Winners` for projected queries and
+        keys (with ``values``: also their sums by winner), where a query without a clear winner
+        (close rivals, a NaN: the map must decide it) has index −1. None where the kernel does
+        not apply: not an arg-max head of dot-product form, a GPU, autograd."""
+        if not (self.fused_argmax and min(*q.shape, k.shape[1]) and kernels.usable(q, k)):
             return None
-        count, index = kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma))
-        return MapOutput(index=index) if bool((count == 1).all()) else None
+        found = kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values)
+        found.index.masked_fill_(found.count != 1, -1)
+        return found
 
     def _fused(self, q, k, v):
         a, b = self.score.dot_product_form(self.gamma)
@@ -336,8 +362,13 @@ class Layer(nn.Module):
     def forward(self, points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         in_place = self._in_place(points, centers)
         p, c = self.point_norm(points), self.center_norm(centers)
-        center_keys: torch.Tensor | tuple[torch.Tensor, torch.Tensor]
-        if in_place and self.center_cross.linear_attention:
+        center_keys: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None
+        summed = in_place and self.center_cross.linear_attention
+        if summed:
+            center_keys = self._assign(points, c)
+        if center_keys is not None:
+            pass  # assigned, and the center keys summed, by the winners' index
+        elif summed:
             # The center update's key sums are taken block by block as the point stream is
             # updated, while each block of new assignments is still in cache: one pass over the
             # points per layer instead of two.
@@ -356,6 +387,48 @@ class Layer(nn.Module):
         if self.center_ffn is not None:
             centers = add_into(centers, self.center_ffn.slot, self.center_ffn(centers))
         return points, centers
+
+    def _assign(self, points: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The point update of a hard assignment, in place, and the center update's key sums,
+        from the winners' index; None (and nothing written) where this does not apply.
+
+        It applies when the point stream's one writer is an arg-max head whose slot is reset (the
+        new assignment replaces the old) and the center update's keys read nothing but that slot
+        (and its values nothing of it). Every point's key is then the key ``T_j`` of the value
+        row ``j`` it was given, and ``Σᵢ kᵢ vᵢᵀ = Σⱼ T_j (Σ_{i→j} vᵢ)ᵀ``: sums by cluster, which
+        the arg-max kernel takes in its own pass, O(n · f), and which never read the n × width
+        slot just written.
+        """
+        cross, reset, center = self.point_cross, self.point_self, self.center_cross
+        if not (
+            getattr(cross, "fused_argmax", False)
+            and reset.slot_factor == 0.0
+            and reset.slot == cross.slot
+            and isinstance(self.point_norm, nn.Identity)
+            and isinstance(center.k, Select)
+            and isinstance(center.v, Select)
+            and all(cross.slot.start <= i < cross.slot.stop for i in center.k.source.tolist())
+            and not any(cross.slot.start <= i < cross.slot.stop for i in center.v.source.tolist())
+        ):
+            return None
+        k, v = cross.project(c)
+        q, values = cross.q(points), center.v(points)
+        found = cross.winners(q, k, values) if kernels.usable(v, points, values) else None
+        if found is None:
+            return None
+        kernels.gather_rows(v, found.index, points[..., cross.slot])
+        tokens = v.new_zeros(*v.shape[:2], points.shape[-1])
+        tokens[..., cross.slot] = v
+        table = center.k(tokens).transpose(1, 2)  # (B, e, rows): the key of each value row
+        kv, mass = torch.bmm(table, found.sums), torch.bmm(table, found.sizes.unsqueeze(-1)).squeeze(-1)
+        tied = found.index < 0
+        if bool(tied.any()):  # the map decides the few queries without a clear winner
+            task, row, assigned = cross.attend_rows(q, k, v, tied)
+            points[task, row, cross.slot] = assigned
+            keys = center.k(points[task, row])  # mixtures of the table's: summed as they are
+            kv.index_add_(0, task, keys.unsqueeze(-1) * values[task, row].unsqueeze(-2))
+            mass.index_add_(0, task, keys)
+        return kv, mass
 
     def _in_place(self, *streams: torch.Tensor) -> bool:
         """Without autograd a layer updates its token streams in place."""
