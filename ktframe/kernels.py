@@ -11,7 +11,6 @@
   instead of the O(n · e · f) dense product.
 - :func:`gather_rows`: value rows picked by index, written straight into a slot of the stream.
 
-
 On finite inputs they compute what their PyTorch counterparts compute (sums in another order).
 They run on CPU tensors of float32 or float64 that need no gradient; :func:`usable` says when,
 and ``KTFRAME_NO_KERNELS=1`` turns them off (PyTorch's own ops are used then, as on a GPU).
@@ -99,87 +98,139 @@ def _sum_squares(x):
     return total
 
 
-@njit(cache=True, nogil=True)
+# The helpers that take shared arrays are inlined: a call (or a view) counts references to
+# them, atomically, from every thread at once, and costs more than the helper's work.
+@njit(inline="always", cache=True, nogil=True)
 def _slack(squares, reach, bounds):
     # A bound on the difference between two roundings of one logit a (q·k) + b ‖k‖² (the
-    # kernel's and PyTorch's): bounds = (2 (d + 2) ε, |b|), squares = ‖a q‖², reach = max ‖k‖.
+    # kernel's and PyTorch's): bounds = (2 (d + 3) u, |b|), squares = ‖a q‖², reach = max ‖k‖.
+    # Each rounding is within (d + 2) u (|b| ‖k‖² + Σ |a q_c k_c|) of the exact logit (u: the unit
+    # roundoff), and Σ |a q_c k_c| ≤ ‖a q‖ ‖k‖; one more u covers the bound's own rounding.
     return bounds[0] * (np.sqrt(squares) * reach + bounds[1] * reach * reach)
 
 
-@njit(cache=True, nogil=True)
-def _tally(values, value_strides, b, i, j, sums, sizes, thread):
-    # Value row (b, i) added to segment j of this thread's partial sums: values[b, i, c] is
-    # values[b * value_strides[0] + i * value_strides[1] + c] (see _flat).
-    sizes[thread, b, j] += 1
-    start = b * value_strides[0] + i * value_strides[1]
-    row = values[start : start + sums.shape[3]]
-    total = sums[thread, b, j]
-    for c in range(row.shape[0]):
-        total[c] += row[c]
+@njit(inline="always", cache=True, nogil=True)
+def _settle(b, lo, rows, index, count, values, value_strides, sums, sizes, table, table_strides, out, out_strides, thread):
+    # What follows for the queries lo, ..., lo + rows - 1 of task b that win a key j outright:
+    # the query's value row is added to segment j of this thread's partial sums, and row j of
+    # the table is copied to the query's row of out. Rows are flat unit-stride runs (see _flat);
+    # empty sums or out arrays ask for neither. The kernels unpack these arrays once per thread,
+    # not per tile, for the same reason as the inlining.
+    f = sums.shape[3]
+    width = out_strides[2]
+    for i in range(lo, lo + rows):
+        if count[b, i] != 1:
+            continue
+        j = index[b, i]
+        if sums.shape[0]:
+            sizes[thread, b, j] += 1
+            start = b * value_strides[0] + i * value_strides[1]
+            for c in range(f):
+                sums[thread, b, j, c] += values[start + c]
+        if out.shape[0]:
+            source = b * table_strides[0] + j * table_strides[1]
+            target = b * out_strides[0] + i * out_strides[1]
+            for c in range(width):
+                out[target + c] = table[source + c]
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_direct(q, keys_t, bias, a, reach, bounds, index, count, chunk, values, value_strides, sums, sizes):
-    # The same scores with q·k summed on the spot, across the keys (keys_t is (B, d, n)): for a
-    # few coordinates a matrix product costs more in its own overhead than in arithmetic. Work
-    # is dealt in chunks of one task's queries.
+def _argmax_direct(q, keys, bias, a, reach, bounds, index, count, chunk, workers, tally, write):
+    # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
+    # the scores are summed here, a tile of `chunk` queries at a time, and every step (scores,
+    # maximum, count) runs across the tile's queries, which vectorises where a loop over a few
+    # keys would not. Each of `workers` threads takes every workers-th tile, with scratch space
+    # of its own: many small tasks make many small tiles.
     B, m, d = q.shape
-    n = keys_t.shape[2]
+    n = keys.shape[1]
     chunks = (m + chunk - 1) // chunk
-    for t in prange(B * chunks):
-        b = t // chunks
-        lo = (t - b * chunks) * chunk
-        offset = bias[b]
-        keys = keys_t[b]
-        queries = q[b]
-        logits = np.empty(n, bias.dtype)
+    for worker in prange(workers):
         thread = numba.get_thread_id()
-        for i in range(lo, min(m, lo + chunk)):
+        values, value_strides, sums, sizes = tally
+        table, table_strides, out, out_strides = write
+        scaled = np.empty((d, chunk), q.dtype)  # a tile's queries times a, coordinate-major
+        logits = np.empty((n, chunk), q.dtype)  # key-major
+        floor = np.empty(chunk, q.dtype)
+        squares = np.empty(chunk)
+        hits = np.empty(chunk, np.int64)
+        columns = np.empty(chunk, np.int64)
+        nans = np.empty(chunk, np.int64)
+        for t in range(worker, B * chunks, workers):
+            b = t // chunks
+            lo = (t - b * chunks) * chunk
+            rows = min(m, lo + chunk) - lo
+            for i in range(rows):
+                for c in range(d):
+                    scaled[c, i] = a * q[b, lo + i, c]
             for j in range(n):
-                logits[j] = offset[j]
-            squares = 0.0
+                scores = logits[j]
+                for i in range(rows):
+                    scores[i] = bias[b, j]
+                for c in range(d):
+                    w = keys[b, j, c]
+                    coordinate = scaled[c]
+                    for i in range(rows):
+                        scores[i] += coordinate[i] * w
+            for i in range(rows):
+                floor[i] = logits[0, i]
+                squares[i] = 0.0
+                hits[i] = columns[i] = nans[i] = 0
+            for j in range(1, n):
+                scores = logits[j]
+                for i in range(rows):
+                    floor[i] = max(floor[i], scores[i])
             for c in range(d):
-                w = a * queries[i, c]
-                squares += w * w
-                for j in range(n):
-                    logits[j] += w * keys[c, j]
-            index[b, i], count[b, i] = _maxima(logits, _slack(squares, reach[b], bounds))
-            if sums.shape[0] and count[b, i] == 1:
-                _tally(values, value_strides, b, i, index[b, i], sums, sizes, thread)
+                coordinate = scaled[c]
+                for i in range(rows):
+                    squares[i] += np.float64(coordinate[i]) * np.float64(coordinate[i])
+            for i in range(rows):
+                floor[i] -= _slack(squares[i], reach[b], bounds)
+            for j in range(n):
+                scores = logits[j]
+                for i in range(rows):
+                    hit = scores[i] >= floor[i]
+                    hits[i] += np.int64(hit)
+                    columns[i] += j if hit else 0
+                    nans[i] += np.int64(scores[i] != scores[i])
+            for i in range(rows):
+                index[b, lo + i] = 0 if nans[i] else columns[i]
+                count[b, lo + i] = 0 if nans[i] else hits[i]
+            _settle(b, lo, rows, index, count, values, value_strides, sums, sizes, table, table_strides, out, out_strides, thread)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, index, count, chunk, values, value_strides, sums, sizes):
+def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, index, count, chunk, workers, tally, write):
     # A tile of `chunk` queries against all keys per step, through a BLAS product (np.dot), and
     # reduced while it is in cache: the logits of a whole block, as PyTorch would build them, go
     # out to memory and back. keys_t (B, d + 1, n) holds the bias as its last row, which the
     # product adds against a last coordinate 1 of the tile. The queries come as flat
-    # unit-stride rows (see _flat).
+    # unit-stride rows (see _flat); tiles are dealt to workers as in _argmax_direct.
     chunks = (m + chunk - 1) // chunk
-    for t in prange(B * chunks):
-        b = t // chunks
-        lo = (t - b * chunks) * chunk
-        rows = min(m, lo + chunk) - lo
-        tile = np.empty((rows, d + 1), q.dtype)  # scaled and contiguous, as BLAS wants it
-        for i in range(rows):
-            start = b * q_strides[0] + (lo + i) * q_strides[1]
-            query = q[start : start + d]
-            for c in range(d):
-                tile[i, c] = a * query[c]
-            tile[i, d] = 1
-        logits = np.dot(tile, keys_t[b])
+    for worker in prange(workers):
         thread = numba.get_thread_id()
-        for i in range(rows):
-            slack = _slack(_sum_squares(tile[i, :d]), reach[b], bounds)
-            index[b, lo + i], count[b, lo + i] = _maxima(logits[i], slack)
-            if sums.shape[0] and count[b, lo + i] == 1:
-                _tally(values, value_strides, b, lo + i, index[b, lo + i], sums, sizes, thread)
+        values, value_strides, sums, sizes = tally
+        table, table_strides, out, out_strides = write
+        tile = np.empty((chunk, d + 1), q.dtype)  # scaled and contiguous, as BLAS wants it
+        for t in range(worker, B * chunks, workers):
+            b = t // chunks
+            lo = (t - b * chunks) * chunk
+            rows = min(m, lo + chunk) - lo
+            for i in range(rows):
+                start = b * q_strides[0] + (lo + i) * q_strides[1]
+                for c in range(d):
+                    tile[i, c] = a * q[start + c]
+                tile[i, d] = 1
+            logits = np.dot(tile[:rows], keys_t[b])
+            for i in range(rows):
+                slack = _slack(_sum_squares(tile[i, :d]), reach[b], bounds)
+                index[b, lo + i], count[b, lo + i] = _maxima(logits[i], slack)
+            _settle(b, lo, rows, index, count, values, value_strides, sums, sizes, table, table_strides, out, out_strides, thread)
 
 
 # With at most this many coordinates, scores summed inside the kernel beat a matrix product.
 DIRECT_MAX_WIDTH = 8
-# Queries per tile of the BLAS kernel: 256 × n logits stay in a core's cache for n in the hundreds.
-GEMM_TILE = 256
+# Queries per tile: 256 × n logits stay in a core's cache for n in the hundreds.
+DIRECT_TILE = GEMM_TILE = 256
 
 
 @functools.cache
@@ -204,17 +255,26 @@ class Winners(NamedTuple):
     sizes: torch.Tensor | None = None
 
 
-def argmax_dot(q: torch.Tensor, k: torch.Tensor, a: float, b: float, values: torch.Tensor | None = None) -> Winners:
+def argmax_dot(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    a: float,
+    b: float,
+    values: torch.Tensor | None = None,
+    gather: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> Winners:
     """:func:`argmax_count` of the logits ``a (q·k) + b ‖k‖²`` for queries ``q`` (B, m, d) and
     keys ``k`` (B, n, d), without building them: each thread sums one tile of queries at a time
-    and reduces it while it is in cache. With ``values`` (B, m, f), the value rows are summed by
-    winning key in the same pass (a cluster's sum and size). All of B, m, n and d must be at
-    least 1.
+    and reduces it while it is in cache. All of B, m, n and d must be at least 1.
 
     A key counts as maximal if it comes within rounding of the maximum: within a bound on how
     far two roundings of the logit may differ (sums in another order, BLAS or PyTorch). A count
     of 1 is then a winner that any rounding of these logits agrees on; a query with close rivals
     counts 2 or more and is for the caller to decide, e.g. through the map as on the plain path.
+
+    In the same pass, for the queries with a clear winner: with ``values`` (B, m, f), their value
+    rows are summed by winning key (a cluster's sum and size); with ``gather=(table, out)``,
+    ``out[b, i] = table[b, winner]`` as in :func:`gather_rows` (other rows are left as they are).
     """
     B, m, d = q.shape
     n = k.shape[1]
@@ -222,26 +282,35 @@ def argmax_dot(q: torch.Tensor, k: torch.Tensor, a: float, b: float, values: tor
     count = torch.empty(B, m, dtype=torch.int64)
     squares = k.pow(2).sum(-1)
     reach = _array(squares.amax(-1).sqrt().to(torch.float64))
-    bounds = np.array([2 * (d + 2) * torch.finfo(k.dtype).eps, abs(b)])
+    bounds = np.array([(d + 3) * torch.finfo(k.dtype).eps, abs(b)])  # eps = 2u
     dtype = _array(k).dtype
-    a = dtype.type(a)
+    nothing = (np.zeros(1, dtype), np.zeros(2, np.int64))  # stands in for rows that are never read
     # Partial sums per thread (numba's thread ids run below NUMBA_NUM_THREADS), or none.
-    f = -1 if values is None else values.shape[-1]
-    threads = numba.config.NUMBA_NUM_THREADS if values is not None else 0
-    sums = np.zeros((threads, B, n, max(f, 0)), dtype=dtype)
-    sizes = np.zeros((threads, B, n), dtype=dtype)
-    flat, strides = _flat(values) if f > 0 else (np.zeros(1, dtype), np.zeros(2, np.int64))
-    tally = (flat, strides, sums, sizes)
-    if d <= DIRECT_MAX_WIDTH:
-        keys_t = _array(k.transpose(-1, -2).contiguous())
-        _argmax_direct(_array(q), keys_t, _array(squares * b), a, reach, bounds, index.numpy(), count.numpy(), 256, *tally)
+    threads = 0 if values is None else numba.config.NUMBA_NUM_THREADS
+    f = 0 if values is None else values.shape[-1]
+    sums = np.zeros((threads, B, n, f), dtype=dtype)
+    tally = (*(_flat(values) if f else nothing), sums, np.zeros((threads, B, n), dtype=dtype))
+    # (table, its strides, out, its strides and width); an empty out: nothing written.
+    write = (*nothing, np.zeros(0, dtype), np.zeros(3, np.int64))
+    if gather is not None and gather[1].numel():
+        table, out = gather
+        if out.stride(-1) != 1 and out.shape[-1] > 1:
+            raise ValueError("argmax_dot writes rows whose coordinates are contiguous")
+        target, strides = _flat(out)
+        write = (*_flat(table), target, np.append(strides, out.shape[-1]))
+    a = dtype.type(a)
+    direct = d <= DIRECT_MAX_WIDTH
+    tile = DIRECT_TILE if direct else GEMM_TILE
+    work = (index.numpy(), count.numpy(), tile, min(B * -(-m // tile), numba.get_num_threads()), tally, write)
+    if direct:
+        _argmax_direct(_array(q), _array(k), _array(squares * b), a, reach, bounds, *work)
     else:
         keys_t = _array(torch.cat([k, (squares * b).unsqueeze(-1)], dim=-1).transpose(-1, -2).contiguous())
         with _blas_controller().limit(limits=1, user_api="blas"):
-            _argmax_gemm(*_flat(q), B, m, d, keys_t, a, reach, bounds, index.numpy(), count.numpy(), GEMM_TILE, *tally)
+            _argmax_gemm(*_flat(q), B, m, d, keys_t, a, reach, bounds, *work)
     if values is None:
         return Winners(count, index)
-    return Winners(count, index, torch.from_numpy(sums.sum(axis=0)), torch.from_numpy(sizes.sum(axis=0)))
+    return Winners(count, index, torch.from_numpy(sums.sum(axis=0)), torch.from_numpy(tally[3].sum(axis=0)))
 
 
 # --- key sums over sparse keys ----------------------------------------------------------------

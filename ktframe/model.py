@@ -233,14 +233,14 @@ class AttentionHead(nn.Module):
             values = values + out.stay * self.v(queries)
         return values if into is None else into.copy_(values)
 
-    def winners(self, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor | None = None) -> kernels.Winners | None:
+    def winners(self, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None) -> kernels.Winners | None:
         """The CPU arg-max kernel's :class:`~ktframe.kernels.Winners` for projected queries and
-        keys (with ``values``: also their sums by winner), where a query without a clear winner
-        (close rivals, a NaN: the map must decide it) has index −1. None where the kernel does
-        not apply: not an arg-max head of dot-product form, a GPU, autograd."""
+        keys, where a query without a clear winner (close rivals, a NaN: the map must decide it)
+        has index −1; ``values`` and ``gather`` as in :func:`ktframe.kernels.argmax_dot`. None
+        where the kernel does not apply: not an arg-max head of dot-product form, a GPU, autograd."""
         if not (self.fused_argmax and min(*q.shape, k.shape[1]) and kernels.usable(q, k)):
             return None
-        found = kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values)
+        found = kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather)
         found.index.masked_fill_(found.count != 1, -1)
         return found
 
@@ -413,10 +413,10 @@ class Layer(nn.Module):
             return None
         k, v = cross.project(c)
         q, values = cross.q(points), center.v(points)
-        found = cross.winners(q, k, values) if kernels.usable(v, points, values) else None
+        slot = points[..., cross.slot]
+        found = cross.winners(q, k, values, gather=(v, slot)) if kernels.usable(v, points, values) else None
         if found is None:
             return None
-        kernels.gather_rows(v, found.index, points[..., cross.slot])
         tokens = v.new_zeros(*v.shape[:2], points.shape[-1])
         tokens[..., cross.slot] = v
         table = center.k(tokens).transpose(1, 2)  # (B, e, rows): the key of each value row

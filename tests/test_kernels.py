@@ -447,9 +447,12 @@ def counting(monkeypatch, names):
 
 @pytest.mark.parametrize("B", [1, 3])
 @pytest.mark.parametrize("cache_block", [None, 64], ids=["default-blocks", "tiny-blocks"])
-def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block):
+@pytest.mark.parametrize("by_cluster", [True, False], ids=["by-cluster", "in-blocks"])
+def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block, by_cluster):
     if cache_block is not None:
         monkeypatch.setattr(ktframe.model, "CACHE_BLOCK", cache_block)
+    if not by_cluster:  # the layer's general path: blocks of rows, key sums of the one-hot slot
+        monkeypatch.setattr(ktframe.model.Layer, "_assign", lambda *args: None)
     g = torch.Generator().manual_seed(10 + B)
     X, _ = mixture(B, 300, 3, 5, generator=g, dtype=torch.float64)
     C0 = reference.kmeans_plusplus(X, 5, g)
@@ -459,9 +462,10 @@ def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block):
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
     with torch.no_grad():
         with_kernels = model(X, C0)
-    # The kernels did the work: the arg-max with the center update's key sums by cluster, the
-    # assignments gathered straight into the stream.
-    assert calls["argmax_dot"] > 0 and calls["gather_rows"] > 0
+    # The kernels did the work: the arg-max, and either the center update's key sums by cluster
+    # in its pass, or the assignments gathered into the stream and their key sums in blocks.
+    assert calls["argmax_dot"] > 0
+    assert calls["add_sparse_key_sums"] == 0 if by_cluster else calls["add_sparse_key_sums"] > 0 and calls["gather_rows"] > 0
     monkeypatch.setenv(kernels.OFF_ENV, "1")
     calls.update(dict.fromkeys(calls, 0))
     with torch.no_grad():
@@ -484,11 +488,15 @@ def test_ties_in_the_assignment_by_index_are_shared_as_without_kernels(monkeypat
     X = torch.tensor([[[0.0, 0.0], [2.0, 0.0], [-2.0, 0.0], [0.0, 2.0]], [[0.3, 0.1], [2.2, 0.4], [-1.7, 0.2], [0.1, 2.5]]], dtype=torch.float64)
     C0 = torch.tensor([[[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)
     model = ktframe.build_model("lloyd", d=2, k=3, n_layers=2, reset="identity", dtype=torch.float64)
-    calls = counting(monkeypatch, ["gather_rows", "add_sparse_key_sums"])
+    calls = counting(monkeypatch, ["add_sparse_key_sums"])
+    decided = []
+    attend_rows = ktframe.model.AttentionHead.attend_rows
+    monkeypatch.setattr(ktframe.model.AttentionHead, "attend_rows", lambda head, q, k, v, rows: decided.append(rows.nonzero().tolist()) or attend_rows(head, q, k, v, rows))
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
     with torch.no_grad():
         with_kernels = model(X, C0)
-    assert calls["gather_rows"] == 2 and calls["add_sparse_key_sums"] == 0  # both layers by index, the tie included
+    # Both layers by cluster, the tied point decided alone through the map.
+    assert calls["add_sparse_key_sums"] == 0 and decided == [[[0, 0]], [[0, 0]]]
     monkeypatch.setenv(kernels.OFF_ENV, "1")
     with torch.no_grad():
         without = model(X, C0)
@@ -527,3 +535,33 @@ def test_argmax_dot_counts_nan_rows_zero():
     q[0, 2, 1] = float("nan")
     count = kernels.argmax_dot(q, k, 2.0, -1.0).count
     assert count[0, 2] == 0 and bool((count[0, [0, 1, 3]] == 1).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("B, m, n, d", [(3, 200, 8, 2), (2, 300, 40, 33), (1, 600, 5, 12)])
+def test_argmax_dot_sums_and_gathers_by_clear_winner(dtype, B, m, n, d):
+    g = torch.Generator().manual_seed(B + m + n + d)
+    q, k = torch.randn(B, m, d, generator=g, dtype=dtype), torch.randn(B, n, d, generator=g, dtype=dtype)
+    k[:, -1] = k[:, 0]  # a duplicate key: the queries nearest to it have no clear winner
+    tokens = torch.randn(B, m, 4 + d + 6, generator=g, dtype=dtype)  # values and out are slots of these rows
+    values, out = tokens[..., 4 : 4 + d], tokens[..., 4 + d :]
+    table = torch.randn(B, n, 6, generator=g, dtype=dtype)
+    before = tokens.clone()
+    plain = kernels.argmax_dot(q, k, 2.0, -1.0)
+    found = kernels.argmax_dot(q, k, 2.0, -1.0, values=values, gather=(table, out))
+    assert torch.equal(found.count, plain.count) and torch.equal(found.index, plain.index)
+    clear = found.count == 1
+    assert bool(clear.any()) and not bool(clear.all())
+    one_hot = torch.nn.functional.one_hot(found.index.clamp(0, n - 1), n).to(dtype) * clear.unsqueeze(-1)
+    torch.testing.assert_close(found.sums, one_hot.transpose(1, 2) @ values, atol=1e-4 if dtype == torch.float32 else 1e-12, rtol=0)
+    assert torch.equal(found.sizes, one_hot.sum(1))
+    for b in range(B):
+        assert torch.equal(out[b, clear[b]], table[b, found.index[b, clear[b]]])
+        assert torch.equal(out[b, ~clear[b]], before[b, ~clear[b], 4 + d :])  # left to the caller
+    assert torch.equal(tokens[..., : 4 + d], before[..., : 4 + d])  # nothing outside the slot
+
+
+def test_argmax_dot_refuses_an_out_with_strided_coordinates():
+    q, k = torch.randn(1, 5, 3), torch.randn(1, 4, 3)
+    with pytest.raises(ValueError, match="contiguous"):
+        kernels.argmax_dot(q, k, 2.0, -1.0, gather=(torch.randn(1, 4, 2), torch.randn(1, 2, 5).transpose(1, 2)))
