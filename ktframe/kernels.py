@@ -102,10 +102,11 @@ def _sum_squares(x):
 # them, atomically, from every thread at once, and costs more than the helper's work.
 @njit(inline="always", cache=True, nogil=True)
 def _slack(squares, reach, bounds):
-    # A bound on the difference between two roundings of one logit a (q·k) + b ‖k‖² (the
-    # kernel's and PyTorch's): bounds = (2 (d + 3) u, |b|), squares = ‖a q‖², reach = max ‖k‖.
-    # Each rounding is within (d + 2) u (|b| ‖k‖² + Σ |a q_c k_c|) of the exact logit (u: the unit
-    # roundoff), and Σ |a q_c k_c| ≤ ‖a q‖ ‖k‖; one more u covers the bound's own rounding.
+    # How far apart two logits a (q·k) + b ‖k‖² of one query must be for every rounding of them
+    # (the kernel's, PyTorch's) to order them alike: bounds = (4 (d + 3) u, |b|), squares =
+    # ‖a q‖², reach = max ‖k‖. Each rounding of a logit is within (d + 3) u (‖a q‖ ‖k‖ + |b| ‖k‖²)
+    # of its exact value (u: the unit roundoff; Σ |a q_c k_c| ≤ ‖a q‖ ‖k‖), and a comparison
+    # of two logits under two roundings meets four such errors.
     return bounds[0] * (np.sqrt(squares) * reach + bounds[1] * reach * reach)
 
 
@@ -282,7 +283,7 @@ def argmax_dot(
     count = torch.empty(B, m, dtype=torch.int64)
     squares = k.pow(2).sum(-1)
     reach = _array(squares.amax(-1).sqrt().to(torch.float64))
-    bounds = np.array([(d + 3) * torch.finfo(k.dtype).eps, abs(b)])  # eps = 2u
+    bounds = np.array([2 * (d + 3) * torch.finfo(k.dtype).eps, abs(b)])  # eps = 2u
     dtype = _array(k).dtype
     nothing = (np.zeros(1, dtype), np.zeros(2, np.int64))  # stands in for rows that are never read
     # Partial sums per thread (numba's thread ids run below NUMBA_NUM_THREADS), or none.

@@ -401,7 +401,9 @@ class Layer(nn.Module):
         """
         cross, reset, center = self.point_cross, self.point_self, self.center_cross
         if not (
-            getattr(cross, "fused_argmax", False)
+            kernels.usable(points, c)
+            and points.stride(-1) == 1  # the kernel writes the slot's rows in place
+            and getattr(cross, "fused_argmax", False)
             and reset.slot_factor == 0.0
             and reset.slot == cross.slot
             and isinstance(self.point_norm, nn.Identity)
@@ -414,7 +416,7 @@ class Layer(nn.Module):
         k, v = cross.project(c)
         q, values = cross.q(points), center.v(points)
         slot = points[..., cross.slot]
-        found = cross.winners(q, k, values, gather=(v, slot)) if kernels.usable(v, points, values) else None
+        found = cross.winners(q, k, values, gather=(v, slot))
         if found is None:
             return None
         tokens = v.new_zeros(*v.shape[:2], points.shape[-1])
