@@ -194,18 +194,22 @@ class AttentionHead(nn.Module):
             weights[tied[:, 0], tied[:, 1]] = tie_weights
         return weights
 
-    def attend_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The map's output values for the few projected queries that ``rows`` (B, m) marks:
-        ``(task, row, values)``, with ``values`` (r, f). Each task's marked queries go through
-        the map together, against that task's keys alone."""
+    def map_rows(self, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The dense map for the few projected queries that ``rows`` (B, m) marks, each task's
+        against that task's keys alone: ``(tasks, group, place, weights)``, where ``weights``
+        (T, r, n) holds the marked queries of task ``tasks[t]`` in its rows (padded with rows of
+        zeros), and the i-th marked query (in order of task) is row ``place[i]`` of task number
+        ``group[i]``."""
         task, row = rows.nonzero().unbind(1)  # in order of task
         tasks, per_task = task.unique_consecutive(return_counts=True)
         group = torch.repeat_interleave(torch.arange(len(tasks)), per_task)
         place = torch.arange(len(task)) - (per_task.cumsum(0) - per_task)[group]
-        queries = q.new_zeros(len(tasks), int(per_task.max()), q.shape[-1])  # padded: the padding's output is dropped
+        queries = q.new_zeros(len(tasks), int(per_task.max()), q.shape[-1])
         queries[group, place] = q[task, row]
-        values = torch.bmm(self.map_weights(queries, k[tasks]), v[tasks])
-        return task, row, values[group, place]
+        weights = self.map_weights(queries, k[tasks])
+        marked = torch.zeros(weights.shape[:2], dtype=torch.bool)
+        marked[group, place] = True
+        return tasks, group, place, weights.mul_(marked.unsqueeze(-1))
 
     def _logits(self, q, k):
         score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
@@ -419,18 +423,22 @@ class Layer(nn.Module):
         found = cross.winners(q, k, values, gather=(v, slot))
         if found is None:
             return None
+        sums, sizes = found.sums, found.sizes
+        tied = found.index < 0
+        if bool(tied.any()):
+            # The map decides the few queries without a clear winner: each is given its weights'
+            # mixture of value rows, and counts in each row's sums with its weight there.
+            tasks, group, place, weights = cross.map_rows(q, k, tied)
+            task, row = tied.nonzero().unbind(1)
+            points[task, row, cross.slot] = torch.bmm(weights, v[tasks])[group, place]
+            tied_values = values.new_zeros(*weights.shape[:2], values.shape[-1])
+            tied_values[group, place] = values[task, row]
+            sums.index_add_(0, tasks, torch.bmm(weights.transpose(1, 2), tied_values))
+            sizes.index_add_(0, tasks, weights.sum(1))
         tokens = v.new_zeros(*v.shape[:2], points.shape[-1])
         tokens[..., cross.slot] = v
         table = center.k(tokens).transpose(1, 2)  # (B, e, rows): the key of each value row
-        kv, mass = torch.bmm(table, found.sums), torch.bmm(table, found.sizes.unsqueeze(-1)).squeeze(-1)
-        tied = found.index < 0
-        if bool(tied.any()):  # the map decides the few queries without a clear winner
-            task, row, assigned = cross.attend_rows(q, k, v, tied)
-            points[task, row, cross.slot] = assigned
-            keys = center.k(points[task, row])  # mixtures of the table's: summed as they are
-            kv.index_add_(0, task, keys.unsqueeze(-1) * values[task, row].unsqueeze(-2))
-            mass.index_add_(0, task, keys)
-        return kv, mass
+        return torch.bmm(table, sums), torch.bmm(table, sizes.unsqueeze(-1)).squeeze(-1)
 
     def _in_place(self, *streams: torch.Tensor) -> bool:
         """Without autograd a layer updates its token streams in place."""

@@ -484,24 +484,33 @@ def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block, by_cl
 
 def test_ties_in_the_assignment_by_index_are_shared_as_without_kernels(monkeypatch):
     # Task 0: the origin is at distance 1 from three centers (the other points pin them), so the
-    # kernel finds no single winner there and the map shares it three ways; task 1 has no tie.
-    X = torch.tensor([[[0.0, 0.0], [2.0, 0.0], [-2.0, 0.0], [0.0, 2.0]], [[0.3, 0.1], [2.2, 0.4], [-1.7, 0.2], [0.1, 2.5]]], dtype=torch.float64)
-    C0 = torch.tensor([[[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]], dtype=torch.float64)
+    # kernel finds no single winner there and the map shares it three ways; task 1 has no tie;
+    # in task 2 two points on the symmetry axis are shared between two centers.
+    X = torch.tensor(
+        [
+            [[0.0, 0.0], [2.0, 0.0], [-2.0, 0.0], [0.0, 2.0]],
+            [[0.3, 0.1], [2.2, 0.4], [-1.7, 0.2], [0.1, 2.5]],
+            [[0.0, 0.0], [0.0, 0.5], [2.0, 0.0], [-2.0, 0.0]],
+        ],
+        dtype=torch.float64,
+    )
+    C0 = torch.tensor([[[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]]] * 2 + [[[1.0, 0.0], [-1.0, 0.0], [0.0, 5.0]]], dtype=torch.float64)
     model = ktframe.build_model("lloyd", d=2, k=3, n_layers=2, reset="identity", dtype=torch.float64)
     calls = counting(monkeypatch, ["add_sparse_key_sums"])
     decided = []
-    attend_rows = ktframe.model.AttentionHead.attend_rows
-    monkeypatch.setattr(ktframe.model.AttentionHead, "attend_rows", lambda head, q, k, v, rows: decided.append(rows.nonzero().tolist()) or attend_rows(head, q, k, v, rows))
+    map_rows = ktframe.model.AttentionHead.map_rows
+    monkeypatch.setattr(ktframe.model.AttentionHead, "map_rows", lambda head, q, k, rows: decided.append(rows.nonzero().tolist()) or map_rows(head, q, k, rows))
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
     with torch.no_grad():
         with_kernels = model(X, C0)
     # Both layers by cluster, the tied point decided alone through the map.
-    assert calls["add_sparse_key_sums"] == 0 and decided == [[[0, 0]], [[0, 0]]]
+    assert calls["add_sparse_key_sums"] == 0 and decided == [[[0, 0], [2, 0], [2, 1]]] * 2
     monkeypatch.setenv(kernels.OFF_ENV, "1")
     with torch.no_grad():
         without = model(X, C0)
     want = reference.lloyd(X, C0, 2)
     torch.testing.assert_close(with_kernels.assignments[0, 0], torch.full((3,), 1 / 3, dtype=torch.float64), atol=1e-15, rtol=0)
+    torch.testing.assert_close(with_kernels.assignments[2, :2], torch.tensor([[0.5, 0.5, 0.0]] * 2, dtype=torch.float64), atol=1e-15, rtol=0)
     for got in [with_kernels, without]:
         torch.testing.assert_close(got.trajectory, want.trajectory, atol=1e-12, rtol=0)
         torch.testing.assert_close(got.assignments, want.assignments, atol=1e-12, rtol=0)
