@@ -366,13 +366,10 @@ class Layer(nn.Module):
     def forward(self, points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         in_place = self._in_place(points, centers)
         p, c = self.point_norm(points), self.center_norm(centers)
-        center_keys: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = None
         summed = in_place and self.center_cross.linear_attention
-        if summed:
-            center_keys = self._assign(points, c)
-        if center_keys is not None:
-            pass  # assigned, and the center keys summed, by the winners' index
-        elif summed:
+        # A hard assignment is made, and the center keys summed, by cluster where it can be.
+        center_keys: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = self._assign(points, c) if summed else None
+        if center_keys is None and summed:
             # The center update's key sums are taken block by block as the point stream is
             # updated, while each block of new assignments is still in cache: one pass over the
             # points per layer instead of two.
@@ -384,7 +381,7 @@ class Layer(nn.Module):
 
             points = self._update(points, p, [(self.point_cross, c), (self.point_self, p)], in_place, add_rows)
             center_keys = sums.result()
-        else:
+        elif center_keys is None:
             points = self._update(points, p, [(self.point_cross, c), (self.point_self, p)], in_place)
             center_keys = self.point_norm(points)
         centers = self._update(centers, c, [(self.center_cross, center_keys), (self.center_self, c)], in_place)
