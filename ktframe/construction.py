@@ -145,9 +145,9 @@ class HeadGroup(nn.Module):
     """Heads side by side, each writing its own run of one contiguous slot: multi-head attention
     whose heads' outputs are concatenated. To a layer it is one head (``slot``, ``project``,
     ``attend``, ``needs_row_blocks``, ``linear_attention``, ``slot_factor``), so a construction
-    can give a stream several heads where the layer has one, e.g. one head per data coordinate. Its heads' projections travel concatenated, so a group
-    holds no linear-attention head (whose projection is a pair of key sums, not one row per key),
-    and it is never an in-place rescale."""
+    can give a stream several heads where the layer has one, e.g. one head per data coordinate.
+    Its heads' projections travel concatenated, so a group holds no linear-attention head (whose
+    projection is a pair of key sums, not one row per key), and it is never an in-place rescale."""
 
     linear_attention = False
     slot_factor = None

@@ -194,13 +194,12 @@ class AttentionHead(nn.Module):
             weights[tied[:, 0], tied[:, 1]] = tie_weights
         return weights
 
-    def map_rows(self, q: torch.Tensor, k: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The dense map for the few projected queries that ``rows`` (B, m) marks, each task's
-        against that task's keys alone: ``(tasks, group, place, weights)``, where ``weights``
-        (T, r, n) holds the marked queries of task ``tasks[t]`` in its rows (padded with rows of
-        zeros), and the i-th marked query (in order of task) is row ``place[i]`` of task number
-        ``group[i]``."""
-        task, row = rows.nonzero().unbind(1)  # in order of task
+    def map_rows(self, q: torch.Tensor, k: torch.Tensor, task: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The dense map for the few projected queries ``q[task, row]`` (in order of task, as
+        ``nonzero`` gives them), each task's against that task's keys alone: ``(tasks, group,
+        place, weights)``, where ``weights`` (T, r, n) holds the queries of task ``tasks[t]`` in
+        its rows (padded with rows of zeros), and the i-th query is row ``place[i]`` of task
+        number ``group[i]``."""
         tasks, per_task = task.unique_consecutive(return_counts=True)
         group = torch.repeat_interleave(torch.arange(len(tasks)), per_task)
         place = torch.arange(len(task)) - (per_task.cumsum(0) - per_task)[group]
@@ -425,8 +424,8 @@ class Layer(nn.Module):
         if bool(tied.any()):
             # The map decides the few queries without a clear winner: each is given its weights'
             # mixture of value rows, and counts in each row's sums with its weight there.
-            tasks, group, place, weights = cross.map_rows(q, k, tied)
             task, row = tied.nonzero().unbind(1)
+            tasks, group, place, weights = cross.map_rows(q, k, task, row)
             points[task, row, cross.slot] = torch.bmm(weights, v[tasks])[group, place]
             tied_values = values.new_zeros(*weights.shape[:2], values.shape[-1])
             tied_values[group, place] = values[task, row]

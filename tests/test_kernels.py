@@ -499,7 +499,7 @@ def test_ties_in_the_assignment_by_index_are_shared_as_without_kernels(monkeypat
     calls = counting(monkeypatch, ["add_sparse_key_sums"])
     decided = []
     map_rows = ktframe.model.AttentionHead.map_rows
-    monkeypatch.setattr(ktframe.model.AttentionHead, "map_rows", lambda head, q, k, rows: decided.append(rows.nonzero().tolist()) or map_rows(head, q, k, rows))
+    monkeypatch.setattr(ktframe.model.AttentionHead, "map_rows", lambda head, q, k, task, row: decided.append(torch.stack([task, row], 1).tolist()) or map_rows(head, q, k, task, row))
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
     with torch.no_grad():
         with_kernels = model(X, C0)
