@@ -111,47 +111,83 @@ def _slack(squares, reach, bounds):
 
 
 @njit(inline="always", cache=True, nogil=True)
-def _settle(b, lo, rows, index, count, values, value_strides, sums, sizes, table, table_strides, out, out_strides, thread):
-    # What follows for the queries lo, ..., lo + rows - 1 of task b that win a key j outright:
-    # the query's value row is added to segment j of this thread's partial sums, and row j of
-    # the table is copied to the query's row of out. Rows are flat unit-stride runs (see _flat);
-    # empty sums or out arrays ask for neither. The kernels unpack these arrays once per thread,
-    # not per tile, for the same reason as the inlining.
-    f = sums.shape[3]
+def _decide(logits, rows, squares, reach, bounds, best, hits, columns, nans):
+    # For the key-major logits (n, ≥ rows) of a tile's queries: hits[i], the number of keys
+    # within _slack of query i's maximum (0 if its logits hold a NaN), and columns[i], the sum
+    # of their columns. Every step runs across the tile's queries, so it vectorises (a
+    # reduction over one query's keys would need fast-math, which would also drop the NaN test).
+    n = logits.shape[0]
+    for i in range(rows):
+        best[i] = logits[0, i]
+        hits[i] = columns[i] = nans[i] = 0
+    for j in range(1, n):
+        for i in range(rows):
+            best[i] = max(best[i], logits[j, i])
+    for i in range(rows):
+        best[i] -= _slack(squares[i], reach, bounds)
+    for j in range(n):
+        for i in range(rows):
+            x = logits[j, i]
+            hit = x >= best[i]
+            hits[i] += np.int64(hit)
+            columns[i] += j if hit else 0
+            nans[i] += np.int64(x != x)
+    for i in range(rows):
+        hits[i] = 0 if nans[i] else hits[i]
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _settle(b, lo, rows, hits, columns, index, segments, tally, write, thread):
+    # What follows for the queries lo, ..., lo + rows - 1 of task b: index[b, i] is the key that
+    # query i wins outright, or −1 (no clear winner). For a winner j: the query's value row is
+    # added to segment j of this thread's partial sums, and row j of the table is copied to the
+    # query's row of out. Rows are flat unit-stride runs (see _flat), located in unsigned
+    # arithmetic, which spares every access a test for a negative index; empty sums or out
+    # arrays ask for neither. Returns the number of queries without a clear winner.
+    values, value_strides, sums, sizes = tally
+    table, table_strides, out, out_strides = write
+    u = np.uint64
+    tasks, n, f = u(index.shape[0]), u(segments), u(sums.shape[0] // max(1, sizes.shape[0]))
     width = out_strides[2]
-    for i in range(lo, lo + rows):
-        if count[b, i] != 1:
+    undecided = 0
+    for r in range(rows):
+        i = lo + r
+        if hits[r] != 1:
+            index[b, i] = -1
+            undecided += 1
             continue
-        j = index[b, i]
-        if sums.shape[0]:
-            sizes[thread, b, j] += 1
-            start = b * value_strides[0] + i * value_strides[1]
+        j = columns[r]
+        index[b, i] = j
+        if f:
+            segment = (u(thread) * tasks + u(b)) * n + u(j)
+            sizes[segment] += 1
+            source = u(b) * value_strides[0] + u(i) * value_strides[1]
+            target = segment * f
             for c in range(f):
-                sums[thread, b, j, c] += values[start + c]
-        if out.shape[0]:
-            source = b * table_strides[0] + j * table_strides[1]
-            target = b * out_strides[0] + i * out_strides[1]
+                sums[target + c] += values[source + c]
+        if width:
+            source = u(b) * table_strides[0] + u(j) * table_strides[1]
+            target = u(b) * out_strides[0] + u(i) * out_strides[1]
             for c in range(width):
                 out[target + c] = table[source + c]
+    return undecided
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_direct(q, keys, bias, a, reach, bounds, index, count, chunk, workers, tally, write):
+def _argmax_direct(q, keys, bias, a, reach, bounds, index, chunk, workers, tally, write):
     # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
-    # the scores are summed here, a tile of `chunk` queries at a time, and every step (scores,
-    # maximum, count) runs across the tile's queries, which vectorises where a loop over a few
-    # keys would not. Each of `workers` threads takes every workers-th tile, with scratch space
+    # the scores are summed here, a tile of `chunk` queries at a time, key by key across the
+    # tile's queries. Each of `workers` threads takes every workers-th tile, with scratch space
     # of its own: many small tasks make many small tiles.
     B, m, d = q.shape
     n = keys.shape[1]
     chunks = (m + chunk - 1) // chunk
+    undecided = np.zeros(workers, np.int64)
     for worker in prange(workers):
         thread = numba.get_thread_id()
-        values, value_strides, sums, sizes = tally
-        table, table_strides, out, out_strides = write
         scaled = np.empty((d, chunk), q.dtype)  # a tile's queries times a, coordinate-major
-        logits = np.empty((n, chunk), q.dtype)  # key-major
-        floor = np.empty(chunk, q.dtype)
+        logits = np.empty((n, chunk), q.dtype)
+        best = np.empty(chunk, q.dtype)
         squares = np.empty(chunk)
         hits = np.empty(chunk, np.int64)
         columns = np.empty(chunk, np.int64)
@@ -161,71 +197,74 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, index, count, chunk, workers
             lo = (t - b * chunks) * chunk
             rows = min(m, lo + chunk) - lo
             for i in range(rows):
-                for c in range(d):
-                    scaled[c, i] = a * q[b, lo + i, c]
-            for j in range(n):
-                scores = logits[j]
+                squares[i] = 0.0
+            for c in range(d):
                 for i in range(rows):
-                    scores[i] = bias[b, j]
+                    x = a * q[b, lo + i, c]
+                    scaled[c, i] = x
+                    squares[i] += np.float64(x) * np.float64(x)
+            for j in range(n):
+                for i in range(rows):
+                    logits[j, i] = bias[b, j]
                 for c in range(d):
                     w = keys[b, j, c]
-                    coordinate = scaled[c]
                     for i in range(rows):
-                        scores[i] += coordinate[i] * w
-            for i in range(rows):
-                floor[i] = logits[0, i]
-                squares[i] = 0.0
-                hits[i] = columns[i] = nans[i] = 0
-            for j in range(1, n):
-                scores = logits[j]
-                for i in range(rows):
-                    floor[i] = max(floor[i], scores[i])
-            for c in range(d):
-                coordinate = scaled[c]
-                for i in range(rows):
-                    squares[i] += np.float64(coordinate[i]) * np.float64(coordinate[i])
-            for i in range(rows):
-                floor[i] -= _slack(squares[i], reach[b], bounds)
-            for j in range(n):
-                scores = logits[j]
-                for i in range(rows):
-                    hit = scores[i] >= floor[i]
-                    hits[i] += np.int64(hit)
-                    columns[i] += j if hit else 0
-                    nans[i] += np.int64(scores[i] != scores[i])
-            for i in range(rows):
-                index[b, lo + i] = 0 if nans[i] else columns[i]
-                count[b, lo + i] = 0 if nans[i] else hits[i]
-            _settle(b, lo, rows, index, count, values, value_strides, sums, sizes, table, table_strides, out, out_strides, thread)
+                        logits[j, i] += scaled[c, i] * w
+            _decide(logits, rows, squares, reach[b], bounds, best, hits, columns, nans)
+            undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, thread)
+    return undecided.sum()
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, index, count, chunk, workers, tally, write):
+def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, index, chunk, workers, tally, write):
     # A tile of `chunk` queries against all keys per step, through a BLAS product (np.dot), and
     # reduced while it is in cache: the logits of a whole block, as PyTorch would build them, go
     # out to memory and back. keys_t (B, d + 1, n) holds the bias as its last row, which the
-    # product adds against a last coordinate 1 of the tile. The queries come as flat
-    # unit-stride rows (see _flat); tiles are dealt to workers as in _argmax_direct.
+    # product adds against a last coordinate 1 of the tile. The queries come as flat unit-stride
+    # rows (see _flat); tiles are dealt to workers as in _argmax_direct.
+    n = keys_t.shape[2]
     chunks = (m + chunk - 1) // chunk
+    undecided = np.zeros(workers, np.int64)
+    u = np.uint64
     for worker in prange(workers):
         thread = numba.get_thread_id()
-        values, value_strides, sums, sizes = tally
-        table, table_strides, out, out_strides = write
         tile = np.empty((chunk, d + 1), q.dtype)  # scaled and contiguous, as BLAS wants it
+        hits = np.empty(chunk, np.int64)
+        columns = np.empty(chunk, np.int64)
         for t in range(worker, B * chunks, workers):
             b = t // chunks
             lo = (t - b * chunks) * chunk
             rows = min(m, lo + chunk) - lo
             for i in range(rows):
-                start = b * q_strides[0] + (lo + i) * q_strides[1]
-                for c in range(d):
+                start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
+                for c in range(u(d)):
                     tile[i, c] = a * q[start + c]
                 tile[i, d] = 1
+            # Row-major logits (a product into key-major ones would want a transposed tile,
+            # whose copy costs more), each row reduced on its own.
             logits = np.dot(tile[:rows], keys_t[b])
             for i in range(rows):
                 slack = _slack(_sum_squares(tile[i, :d]), reach[b], bounds)
-                index[b, lo + i], count[b, lo + i] = _maxima(logits[i], slack)
-            _settle(b, lo, rows, index, count, values, value_strides, sums, sizes, table, table_strides, out, out_strides, thread)
+                columns[i], hits[i] = _maxima(logits[i], slack)
+            undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, thread)
+    return undecided.sum()
+
+
+@njit(cache=True, nogil=True)
+def _key_terms(keys, b):
+    # Each key's bias b ‖k‖² (in the keys' type, as the logits add it) and each task's largest
+    # key norm (for the rounding bound): one pass, where PyTorch would take five.
+    B, n, d = keys.shape
+    bias = np.empty((B, n), keys.dtype)
+    reach = np.zeros(B)
+    for t in range(B):
+        for j in range(n):
+            total = keys.dtype.type(0)
+            for c in range(d):
+                total += keys[t, j, c] * keys[t, j, c]
+            bias[t, j] = b * total
+            reach[t] = max(reach[t], np.sqrt(np.float64(total)))
+    return bias, reach
 
 
 # With at most this many coordinates, scores summed inside the kernel beat a matrix product.
@@ -245,13 +284,13 @@ def _blas_controller():
 
 
 class Winners(NamedTuple):
-    """What :func:`argmax_dot` finds: per query ``(B, m)``, the number of keys within rounding
-    of the maximum and its column (with several: the sum of their columns); and, if it was given
-    values ``(B, m, f)``, the sums ``(B, n, f)`` and numbers ``(B, n)`` of the value rows of the
-    queries that each key wins outright (count 1)."""
+    """What :func:`argmax_dot` finds: per query ``(B, m)``, the index of the key it wins outright,
+    or −1 where it has no clear winner (close rivals, a NaN), and how many such queries there
+    are; and, if it was given values ``(B, m, f)``, the sums ``(B, n, f)`` and numbers ``(B, n)``
+    of the value rows of the queries that each key wins."""
 
-    count: torch.Tensor
     index: torch.Tensor
+    undecided: int
     sums: torch.Tensor | None = None
     sizes: torch.Tensor | None = None
 
@@ -264,54 +303,55 @@ def argmax_dot(
     values: torch.Tensor | None = None,
     gather: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Winners:
-    """:func:`argmax_count` of the logits ``a (q·k) + b ‖k‖²`` for queries ``q`` (B, m, d) and
+    """The arg-max over keys of the logits ``a (q·k) + b ‖k‖²`` for queries ``q`` (B, m, d) and
     keys ``k`` (B, n, d), without building them: each thread sums one tile of queries at a time
     and reduces it while it is in cache. All of B, m, n and d must be at least 1.
 
-    A key counts as maximal if it comes within rounding of the maximum: within a bound on how
-    far two roundings of the logit may differ (sums in another order, BLAS or PyTorch). A count
-    of 1 is then a winner that any rounding of these logits agrees on; a query with close rivals
-    counts 2 or more and is for the caller to decide, e.g. through the map as on the plain path.
+    A query is decided only if its best key wins by more than a bound on how far two roundings
+    of the logits may differ (sums in another order, BLAS or PyTorch): a winner that any
+    rounding of these logits agrees on. A query with a rival inside that bound (an exact tie, a
+    duplicate key) or a NaN gets index −1 and is for the caller to decide, e.g. through the
+    map as on the plain path.
 
-    In the same pass, for the queries with a clear winner: with ``values`` (B, m, f), their value
-    rows are summed by winning key (a cluster's sum and size); with ``gather=(table, out)``,
+    In the same pass, for the decided queries: with ``values`` (B, m, f), their value rows are
+    summed by winning key (a cluster's sum and size); with ``gather=(table, out)``,
     ``out[b, i] = table[b, winner]`` as in :func:`gather_rows` (other rows are left as they are).
     """
     B, m, d = q.shape
     n = k.shape[1]
     index = torch.empty(B, m, dtype=torch.int64)
-    count = torch.empty(B, m, dtype=torch.int64)
-    squares = k.pow(2).sum(-1)
-    reach = _array(squares.amax(-1).sqrt().to(torch.float64))
-    bounds = np.array([2 * (d + 3) * torch.finfo(k.dtype).eps, abs(b)])  # eps = 2u
-    dtype = _array(k).dtype
-    nothing = (np.zeros(1, dtype), np.zeros(2, np.int64))  # stands in for rows that are never read
-    # Partial sums per thread (numba's thread ids run below NUMBA_NUM_THREADS), or none.
+    keys = _array(k)
+    dtype = keys.dtype
+    bias, reach = _key_terms(keys, dtype.type(b))
+    bounds = np.array([2 * (d + 3) * np.finfo(dtype).eps, abs(b)])  # eps = 2u
+    # Partial sums per thread (numba's thread ids run below NUMBA_NUM_THREADS), flat; or none.
     threads = 0 if values is None else numba.config.NUMBA_NUM_THREADS
     f = 0 if values is None else values.shape[-1]
-    sums = np.zeros((threads, B, n, f), dtype=dtype)
-    tally = (*(_flat(values) if f else nothing), sums, np.zeros((threads, B, n), dtype=dtype))
-    # (table, its strides, out, its strides and width); an empty out: nothing written.
-    write = (*nothing, np.zeros(0, dtype), np.zeros(3, np.int64))
+    sums = np.zeros(threads * B * n * f, dtype=dtype)
+    sizes = np.zeros(threads * B * n, dtype=dtype)
+    nothing = (np.zeros(1, dtype), np.zeros(2, np.uint64))  # stands in for rows that are never read
+    tally = (*(_flat(values) if f else nothing), sums, sizes)
+    # (table, its strides, out, its strides and width); width 0: nothing written.
+    write = (*nothing, np.zeros(1, dtype), np.zeros(3, np.uint64))
     if gather is not None and gather[1].numel():
         table, out = gather
         if out.stride(-1) != 1 and out.shape[-1] > 1:
             raise ValueError("argmax_dot writes rows whose coordinates are contiguous")
         target, strides = _flat(out)
-        write = (*_flat(table), target, np.append(strides, out.shape[-1]))
+        write = (*_flat(table), target, np.append(strides, np.uint64(out.shape[-1])))
     a = dtype.type(a)
     direct = d <= DIRECT_MAX_WIDTH
     tile = DIRECT_TILE if direct else GEMM_TILE
-    work = (index.numpy(), count.numpy(), tile, min(B * -(-m // tile), numba.get_num_threads()), tally, write)
+    work = (index.numpy(), tile, min(B * -(-m // tile), numba.get_num_threads()), tally, write)
     if direct:
-        _argmax_direct(_array(q), _array(k), _array(squares * b), a, reach, bounds, *work)
+        undecided = _argmax_direct(_array(q), keys, bias, a, reach, bounds, *work)
     else:
-        keys_t = _array(torch.cat([k, (squares * b).unsqueeze(-1)], dim=-1).transpose(-1, -2).contiguous())
+        keys_t = np.concatenate([keys, bias[..., None]], axis=-1).transpose(0, 2, 1).copy()
         with _blas_controller().limit(limits=1, user_api="blas"):
-            _argmax_gemm(*_flat(q), B, m, d, keys_t, a, reach, bounds, *work)
+            undecided = _argmax_gemm(*_flat(q), B, m, d, keys_t, a, reach, bounds, *work)
     if values is None:
-        return Winners(count, index)
-    return Winners(count, index, torch.from_numpy(sums.sum(axis=0)), torch.from_numpy(tally[3].sum(axis=0)))
+        return Winners(index, int(undecided))
+    return Winners(index, int(undecided), torch.from_numpy(sums.reshape(threads, B, n, f).sum(axis=0)), torch.from_numpy(sizes.reshape(threads, B, n).sum(axis=0)))
 
 
 # --- key sums over sparse keys ----------------------------------------------------------------
@@ -325,6 +365,7 @@ def _sparse_key_sums(keys, key_strides, values, value_strides, B, R, e, f, kv, m
     # it has met more than `budget` non-zeros (the keys are not sparse).
     split = kv.shape[0]
     step = (R + split - 1) // split
+    u = np.uint64
     dense = np.zeros(B * split, np.bool_)
     for t in prange(B * split):
         b = t // split
@@ -333,9 +374,9 @@ def _sparse_key_sums(keys, key_strides, values, value_strides, B, R, e, f, kv, m
         counts = mass[s, b]
         seen = 0
         for r in range(s * step, min(R, (s + 1) * step)):
-            start = b * key_strides[0] + r * key_strides[1]
+            start = u(b) * key_strides[0] + u(r) * key_strides[1]
             row = keys[start : start + e]
-            start = b * value_strides[0] + r * value_strides[1]
+            start = u(b) * value_strides[0] + u(r) * value_strides[1]
             value = values[start : start + f]
             hits = 0
             column = 0
@@ -363,7 +404,7 @@ def _flat(t: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         t = t.contiguous()
     span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1
-    return _array(torch.as_strided(t, (span,), (1,))), np.array(t.stride()[:2], dtype=np.int64)
+    return _array(torch.as_strided(t, (span,), (1,))), np.array(t.stride()[:2], dtype=np.uint64)
 
 
 def add_sparse_key_sums(k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, mass: torch.Tensor) -> bool:
@@ -395,14 +436,15 @@ def add_sparse_key_sums(k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, mass
 
 @njit(parallel=True, cache=True, nogil=True)
 def _gather_rows(table, table_strides, index, out, out_strides, B, m, e):
+    u = np.uint64
     for t in prange(B * m):
         b = t // m
         i = t - b * m
         if index[b, i] < 0:
             continue
-        start = b * table_strides[0] + index[b, i] * table_strides[1]
+        start = u(b) * table_strides[0] + u(index[b, i]) * table_strides[1]
         source = table[start : start + e]
-        start = b * out_strides[0] + i * out_strides[1]
+        start = u(b) * out_strides[0] + u(i) * out_strides[1]
         target = out[start : start + e]
         for c in range(e):
             target[c] = source[c]

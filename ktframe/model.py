@@ -51,6 +51,8 @@ class Select(nn.Module):
         if len(scales) != len(source):
             raise ValueError("Select needs one scale per source coordinate")
         self.width = width
+        # Python copies, for the layer's checks of what a projection reads (no tensor op per call).
+        self.sources, self.scales = tuple(source), tuple(scales)
         self.register_buffer("source", torch.tensor(source, dtype=torch.long), persistent=False)
         self.register_buffer("scale", torch.tensor(scales), persistent=False)
         contiguous = source == list(range(source[0], source[0] + len(source))) if source else False
@@ -138,10 +140,9 @@ class AttentionHead(nn.Module):
         reset that erases the old assignment, ``s = −1``), the factor ``1 + s`` that its residual
         step multiplies the slot by; None for any other head."""
         v = self.v
-        if not (self.identity and isinstance(v, Select) and v._slice == self.slot and len(v.scale)):
+        if not (self.identity and isinstance(v, Select) and v._slice == self.slot and len(set(v.scales)) == 1):
             return None
-        scale = v.scale[0].item()
-        return 1.0 + scale if bool((v.scale == scale).all()) else None
+        return 1.0 + v.scales[0]
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return self.attend(queries, *self.project(keys))
@@ -194,21 +195,11 @@ class AttentionHead(nn.Module):
             weights[tied[:, 0], tied[:, 1]] = tie_weights
         return weights
 
-    def map_rows(self, q: torch.Tensor, k: torch.Tensor, task: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The dense map for the few projected queries ``q[task, row]`` (in order of task, as
-        ``nonzero`` gives them), each task's against that task's keys alone: ``(tasks, group,
-        place, weights)``, where ``weights`` (T, r, n) holds the queries of task ``tasks[t]`` in
-        its rows (padded with rows of zeros), and the i-th query is row ``place[i]`` of task
-        number ``group[i]``."""
-        tasks, per_task = task.unique_consecutive(return_counts=True)
-        group = torch.repeat_interleave(torch.arange(len(tasks)), per_task)
-        place = torch.arange(len(task)) - (per_task.cumsum(0) - per_task)[group]
-        queries = q.new_zeros(len(tasks), int(per_task.max()), q.shape[-1])
-        queries[group, place] = q[task, row]
-        weights = self.map_weights(queries, k[tasks])
-        marked = torch.zeros(weights.shape[:2], dtype=torch.bool)
-        marked[group, place] = True
-        return tasks, group, place, weights.mul_(marked.unsqueeze(-1))
+    def map_rows(self, q: torch.Tensor, k: torch.Tensor, task: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+        """The dense map ``(T, n)`` of the few projected queries ``q[task, row]``, each against its
+        own task's keys (taken in batches that hold at most MEMORY_BLOCK numbers of keys)."""
+        step = max(1, MEMORY_BLOCK // max(1, k.shape[1] * k.shape[2]))
+        return torch.cat([self.map_weights(q[t, r].unsqueeze(1), k[t]).squeeze(1) for t, r in zip(task.split(step), row.split(step))])
 
     def _logits(self, q, k):
         score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
@@ -216,7 +207,7 @@ class AttentionHead(nn.Module):
 
     def _block(self, q, k, v, queries, into=None):
         found = self.winners(q, k)
-        if found is not None and bool((found.count == 1).all()):
+        if found is not None and not found.undecided:
             out = MapOutput(index=found.index)
         else:  # not fused, or a tie / NaN among the kernel's rows: the map decides
             out = self.map(self._logits(q, k))
@@ -243,9 +234,7 @@ class AttentionHead(nn.Module):
         where the kernel does not apply: not an arg-max head of dot-product form, a GPU, autograd."""
         if not (self.fused_argmax and min(*q.shape, k.shape[1]) and kernels.usable(q, k)):
             return None
-        found = kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather)
-        found.index.masked_fill_(found.count != 1, -1)
-        return found
+        return kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather)
 
     def _fused(self, q, k, v):
         a, b = self.score.dot_product_form(self.gamma)
@@ -409,28 +398,27 @@ class Layer(nn.Module):
             and isinstance(self.point_norm, nn.Identity)
             and isinstance(center.k, Select)
             and isinstance(center.v, Select)
-            and all(cross.slot.start <= i < cross.slot.stop for i in center.k.source.tolist())
-            and not any(cross.slot.start <= i < cross.slot.stop for i in center.v.source.tolist())
+            and all(cross.slot.start <= i < cross.slot.stop for i in center.k.sources)
+            and not any(cross.slot.start <= i < cross.slot.stop for i in center.v.sources)
         ):
             return None
         k, v = cross.project(c)
-        q, values = cross.q(points), center.v(points)
-        slot = points[..., cross.slot]
+        q, values, slot = cross.q(points), center.v(points), points[..., cross.slot]
         found = cross.winners(q, k, values, gather=(v, slot))
         if found is None:
             return None
         sums, sizes = found.sums, found.sizes
-        tied = found.index < 0
-        if bool(tied.any()):
+        if found.undecided:
             # The map decides the few queries without a clear winner: each is given its weights'
-            # mixture of value rows, and counts in each row's sums with its weight there.
-            task, row = tied.nonzero().unbind(1)
-            tasks, group, place, weights = cross.map_rows(q, k, task, row)
-            points[task, row, cross.slot] = torch.bmm(weights, v[tasks])[group, place]
-            tied_values = values.new_zeros(*weights.shape[:2], values.shape[-1])
-            tied_values[group, place] = values[task, row]
-            sums.index_add_(0, tasks, torch.bmm(weights.transpose(1, 2), tied_values))
-            sizes.index_add_(0, tasks, weights.sum(1))
+            # mixture of value rows, and counts in each row's sums with its weight there. Only
+            # the (query, key) pairs of non-zero weight are spelled out.
+            task, row = (found.index < 0).nonzero().unbind(1)
+            weights = cross.map_rows(q, k, task, row)
+            pair, key = weights.nonzero().unbind(1)
+            w, t = weights[pair, key].unsqueeze(-1), task[pair]
+            slot[task, row] = torch.zeros(len(task), v.shape[-1], dtype=v.dtype).index_add_(0, pair, w * v[t, key])
+            sums.index_put_((t, key), w * values[t, row[pair]], accumulate=True)
+            sizes.index_put_((t, key), w.squeeze(-1), accumulate=True)
         tokens = v.new_zeros(*v.shape[:2], points.shape[-1])
         tokens[..., cross.slot] = v
         table = center.k(tokens).transpose(1, 2)  # (B, e, rows): the key of each value row

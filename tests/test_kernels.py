@@ -524,26 +524,30 @@ def test_argmax_dot_equals_the_arg_max_of_its_logits(dtype, B, m, n, d):
     q, k = torch.randn(B, m, d, generator=g, dtype=dtype), torch.randn(B, n, d, generator=g, dtype=dtype)
     k[:, 0] = q[:, 0]  # query 0 sits on key 0 ...
     k[:, -1] = k[:, 0]  # ... which has an exact duplicate: every query nearest to it ties
-    count, index, _, _ = kernels.argmax_dot(q, k, 2.0, -1.0)
+    index, undecided, _, _ = kernels.argmax_dot(q, k, 2.0, -1.0)
+    assert undecided == int((index < 0).sum())
     logits = 2.0 * q @ k.transpose(1, 2) - k.pow(2).sum(-1).unsqueeze(1)
     winners = logits == logits.amax(-1, keepdim=True)
     # Scores summed in another order may differ in the last bits: compare where the best key
     # wins clearly, and where the duplicate pair (which ties exactly in both sums) wins.
     gap = logits.topk(2, dim=-1).values.diff(dim=-1).abs().squeeze(-1) if n > 2 else torch.full((B, m), 1.0, dtype=dtype)
     single = (winners.sum(-1) == 1) & (gap > 1e-4)
-    assert torch.equal(count[single], torch.ones_like(count[single]))
     assert torch.equal(index[single], logits.argmax(-1)[single])
     if n > 1:
         pair = winners[..., 0] & winners[..., -1]
-        assert bool(pair.any())
-        assert bool((count[pair] == 2).all()) and bool((index[pair] == n - 1).all())
+        assert bool(pair.any()) and bool((index[pair] == -1).all())
 
 
-def test_argmax_dot_counts_nan_rows_zero():
-    q, k = torch.randn(1, 4, 2), torch.randn(1, 5, 2)
+@pytest.mark.parametrize("d", [2, 12])
+def test_argmax_dot_leaves_nan_rows_undecided(d):
+    q, k = torch.randn(1, 4, d), torch.randn(1, 5, d)
     q[0, 2, 1] = float("nan")
-    count = kernels.argmax_dot(q, k, 2.0, -1.0).count
-    assert count[0, 2] == 0 and bool((count[0, [0, 1, 3]] == 1).all())
+    k[0, 3, 0] = float("nan")  # a NaN logit in every row: none of them is decided
+    found = kernels.argmax_dot(q, k, 2.0, -1.0)
+    assert found.undecided == 4 and bool((found.index == -1).all())
+    k[0, 3, 0] = 0.0
+    found = kernels.argmax_dot(q, k, 2.0, -1.0)
+    assert found.undecided == 1 and found.index[0, 2] == -1 and bool((found.index[0, [0, 1, 3]] >= 0).all())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -558,8 +562,8 @@ def test_argmax_dot_sums_and_gathers_by_clear_winner(dtype, B, m, n, d):
     before = tokens.clone()
     plain = kernels.argmax_dot(q, k, 2.0, -1.0)
     found = kernels.argmax_dot(q, k, 2.0, -1.0, values=values, gather=(table, out))
-    assert torch.equal(found.count, plain.count) and torch.equal(found.index, plain.index)
-    clear = found.count == 1
+    assert torch.equal(found.index, plain.index) and found.undecided == plain.undecided
+    clear = found.index >= 0
     assert bool(clear.any()) and not bool(clear.all())
     one_hot = torch.nn.functional.one_hot(found.index.clamp(0, n - 1), n).to(dtype) * clear.unsqueeze(-1)
     torch.testing.assert_close(found.sums, one_hot.transpose(1, 2) @ values, atol=1e-4 if dtype == torch.float32 else 1e-12, rtol=0)

@@ -28,8 +28,10 @@ RESETS = ("attention", "identity")
 
 
 def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, center_update: str = "linear", reset: str = "attention", share_weights: bool = True) -> KMeansTransformer:
-    """``reset="identity"`` computes the point self-attention as the identity it is in the hard
-    limit (O(n) instead of O(n²)); it is refused at finite gamma, where it would not be exact."""
+    """``reset="identity"`` computes the two self-attentions (the resets) as the identity they are
+    in the hard limit: O(n) instead of O(n²) for the points, and no k × k arg-max per task for the
+    centers, whose index parts ``e_j`` are distinct. It is refused at finite gamma, where it would
+    not be exact."""
     if center_update not in CENTER_UPDATES:
         raise InputError(f"center_update must be one of {', '.join(CENTER_UPDATES)}; got {center_update!r}")
     if reset not in RESETS:
@@ -54,7 +56,7 @@ def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, center_upda
             point_cross=fixed_head(width, q=xs, k=xs, v=ys, score=euclidean, attention_map=choose, gamma=g),
             point_self=fixed_head(width, q=xs, k=xs, v=ys, v_scale=-1.0, score=euclidean, attention_map=choose, gamma=g, identity=reset == "identity"),
             center_cross=center_cross,
-            center_self=fixed_head(width, q=ys, k=ys, v=xs, v_scale=-1.0, score=euclidean, attention_map=choose, gamma=g),
+            center_self=fixed_head(width, q=ys, k=ys, v=xs, v_scale=-1.0, score=euclidean, attention_map=choose, gamma=g, identity=reset == "identity"),
         )
 
     layers = [make_layer()] if share_weights else [make_layer() for _ in range(n_layers)]
