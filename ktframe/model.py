@@ -196,10 +196,15 @@ class AttentionHead(nn.Module):
         return weights
 
     def map_rows(self, q: torch.Tensor, k: torch.Tensor, task: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
-        """The dense map ``(T, n)`` of the few projected queries ``q[task, row]``, each against its
-        own task's keys (taken in batches that hold at most MEMORY_BLOCK numbers of keys)."""
-        step = max(1, MEMORY_BLOCK // max(1, k.shape[1] * k.shape[2]))
-        return torch.cat([self.map_weights(q[t, r].unsqueeze(1), k[t]).squeeze(1) for t, r in zip(task.split(step), row.split(step))])
+        """The dense map ``(T, n)`` of the few projected queries ``q[task, row]`` (in order of
+        task, as ``nonzero`` gives them), each against its own task's keys: the queries of a task
+        are taken together, padded to the largest such group, so that no task's keys are copied
+        more than once."""
+        tasks, group, per_task = task.unique_consecutive(return_inverse=True, return_counts=True)
+        place = torch.arange(len(task)) - (per_task.cumsum(0) - per_task)[group]
+        queries = q.new_zeros(len(tasks), int(per_task.max()), q.shape[-1])
+        queries[group, place] = q[task, row]
+        return self.map_weights(queries, k[tasks])[group, place]
 
     def _logits(self, q, k):
         score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
