@@ -103,11 +103,13 @@ def _sum_squares(x):
 @njit(inline="always", cache=True, nogil=True)
 def _slack(squares, reach, bounds):
     # How far apart two logits a (q·k) + b ‖k‖² of one query must be for every rounding of them
-    # (the kernel's, PyTorch's) to order them alike: bounds = (4 (d + 3) u, |b|), squares =
-    # ‖a q‖², reach = max ‖k‖. Each rounding of a logit is within (d + 3) u (‖a q‖ ‖k‖ + |b| ‖k‖²)
-    # of its exact value (u: the unit roundoff; Σ |a q_c k_c| ≤ ‖a q‖ ‖k‖), and a comparison
-    # of two logits under two roundings meets four such errors.
-    return bounds[0] * (np.sqrt(squares) * reach + bounds[1] * reach * reach)
+    # (the kernel's, PyTorch's) to order them alike, or inf where a logit might overflow (or is
+    # NaN): bounds = (4 (d + 3) u, |b|, a safe magnitude), squares = ‖a q‖², reach = max ‖k‖.
+    # Each rounding of a logit is within (d + 3) u (‖a q‖ ‖k‖ + |b| ‖k‖²) of its exact value
+    # (u: the unit roundoff; Σ |a q_c k_c| ≤ ‖a q‖ ‖k‖), and a comparison of two logits under two
+    # roundings meets four such errors. The same sum bounds every partial sum of a logit.
+    size = np.sqrt(squares) * reach + bounds[1] * reach * reach
+    return bounds[0] * size if size < bounds[2] else np.inf
 
 
 @njit(inline="always", cache=True, nogil=True)
@@ -253,7 +255,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, index, chunk, 
 @njit(cache=True, nogil=True)
 def _key_terms(keys, b):
     # Each key's bias b ‖k‖² (in the keys' type, as the logits add it) and each task's largest
-    # key norm (for the rounding bound): one pass, where PyTorch would take five.
+    # key norm (for the rounding bound), one pass where PyTorch would take five.
     B, n, d = keys.shape
     bias = np.empty((B, n), keys.dtype)
     reach = np.zeros(B)
@@ -263,7 +265,8 @@ def _key_terms(keys, b):
             for c in range(d):
                 total += keys[t, j, c] * keys[t, j, c]
             bias[t, j] = b * total
-            reach[t] = max(reach[t], np.sqrt(np.float64(total)))
+            # A key that is not finite makes the reach inf: no query of its task is decided.
+            reach[t] = max(reach[t], np.sqrt(np.float64(total))) if total == total else np.inf
     return bias, reach
 
 
@@ -323,7 +326,9 @@ def argmax_dot(
     keys = _array(k)
     dtype = keys.dtype
     bias, reach = _key_terms(keys, dtype.type(b))
-    bounds = np.array([2 * (d + 3) * np.finfo(dtype).eps, abs(b)])  # eps = 2u
+    # eps = 2u; no partial sum of a logit overflows where its bound stays below a quarter of
+    # the largest float.
+    bounds = np.array([2 * (d + 3) * np.finfo(dtype).eps, abs(b), float(np.finfo(dtype).max) / 4])
     # Partial sums per thread (numba's thread ids run below NUMBA_NUM_THREADS), flat; or none.
     threads = 0 if values is None else numba.config.NUMBA_NUM_THREADS
     f = 0 if values is None else values.shape[-1]

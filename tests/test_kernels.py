@@ -550,6 +550,17 @@ def test_argmax_dot_leaves_nan_rows_undecided(d):
     assert found.undecided == 1 and found.index[0, 2] == -1 and bool((found.index[0, [0, 1, 3]] >= 0).all())
 
 
+@pytest.mark.parametrize("d", [2, 12])
+def test_argmax_dot_leaves_logits_that_may_overflow_undecided(d):
+    # a (q·k) of about 1e40 overflows float32: no rounding bound holds there, so the kernel
+    # decides none of these queries (the map sees the infinities PyTorch computes).
+    g = torch.Generator().manual_seed(d)
+    q, k = 1e30 * torch.rand(2, 5, d, generator=g), 1e10 * torch.randn(2, 3, d, generator=g)
+    q[1], k[1] = q[1] / 1e30, k[1] / 1e10  # task 1 is ordinary
+    found = kernels.argmax_dot(q, k, 2.0, -1.0)
+    assert bool((found.index[0] == -1).all()) and bool((found.index[1] >= 0).all()) and found.undecided == 5
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("B, m, n, d", [(3, 200, 8, 2), (2, 300, 40, 33), (1, 600, 5, 12)])
 def test_argmax_dot_sums_and_gathers_by_clear_winner(dtype, B, m, n, d):
