@@ -2,10 +2,12 @@
 
 - :func:`argmax_count`: every row's arg-max and number of maximal entries, in one parallel pass
   over a block of logits (the arg-max map; eager PyTorch takes a max, a compare and a reduction).
-- :func:`argmax_dot`: the same for logits ``a (q·k) + b ‖k‖²`` without building them all: a
-  thread's tile of a few hundred queries at a time, summed on the spot for few coordinates or
-  by a single-threaded BLAS product for more, and reduced while it is in cache; optionally
-  with the sums, by winner, of value rows (a cluster's points), O(n · f) in the same pass.
+- :func:`argmax_dot`: each query's winning key for logits ``a (q·k) + b ‖k‖²`` without building
+  them all: a thread's tile of a few hundred queries at a time, summed on the spot for few
+  coordinates or by a single-threaded BLAS product for more, and reduced while it is in cache.
+  Queries whose best key does not win by more than rounding are left to the caller (−1).
+  Optionally with the sums, by winner, of value rows (a cluster's points), O(n · f), and the
+  winners' value rows written into a slot of the stream, in the same pass.
 - :func:`add_sparse_key_sums`: ``Σᵢ kᵢ vᵢᵀ`` and ``Σᵢ kᵢ`` over keys with few non-zeros (the
   one-hot assignments that the center update reads), touching only the non-zeros: O(nnz · f)
   instead of the O(n · e · f) dense product.
