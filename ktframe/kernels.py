@@ -177,6 +177,14 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, thread):
     return undecided
 
 
+@njit(inline="always", cache=True, nogil=True)
+def _tile(t, chunks, chunk, m):
+    # Tile number t, of `chunks` tiles per task: its task, first query and number of queries.
+    b = t // chunks
+    lo = (t - b * chunks) * chunk
+    return b, lo, min(m, lo + chunk) - lo
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _argmax_direct(q, keys, bias, a, reach, bounds, index, chunk, workers, tally, write):
     # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
@@ -197,9 +205,7 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, index, chunk, workers, tally
         columns = np.empty(chunk, np.int64)
         nans = np.empty(chunk, np.int64)
         for t in range(worker, B * chunks, workers):
-            b = t // chunks
-            lo = (t - b * chunks) * chunk
-            rows = min(m, lo + chunk) - lo
+            b, lo, rows = _tile(t, chunks, chunk, m)
             for i in range(rows):
                 squares[i] = 0.0
             for c in range(d):
@@ -236,9 +242,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, index, chunk, 
         hits = np.empty(chunk, np.int64)
         columns = np.empty(chunk, np.int64)
         for t in range(worker, B * chunks, workers):
-            b = t // chunks
-            lo = (t - b * chunks) * chunk
-            rows = min(m, lo + chunk) - lo
+            b, lo, rows = _tile(t, chunks, chunk, m)
             for i in range(rows):
                 start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
                 for c in range(u(d)):
