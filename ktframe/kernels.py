@@ -140,6 +140,35 @@ def _decide(logits, rows, squares, reach, bounds, best, hits, columns, nans):
         hits[i] = 0 if nans[i] else hits[i]
 
 
+@njit(cache=True, nogil=True)
+def _exact_winner(query, keys_t, exact):
+    # A near tie of float32 logits, settled in float64: exact = (a, b, 4 (d + 3) u₆₄, on). Each
+    # product of two float32 numbers is exact in float64, so a logit summed in float64 is within
+    # (d + 3) u₆₄ (‖a q‖ ‖k‖ + |b| ‖k‖²) of its exact value, and a key that wins by more than
+    # four such errors is the exact arg-max. Returns its column, or −1 where float64 cannot tell
+    # either (an exact tie). keys_t holds a key per column (its first d rows).
+    a, b = exact[0], exact[1]
+    d, n = query.shape[0], keys_t.shape[1]
+    best = runner = -np.inf
+    column = -1
+    scale = reach = 0.0
+    for c in range(d):
+        scale += (a * np.float64(query[c])) ** 2
+    for j in range(n):
+        dot = squares = 0.0
+        for c in range(d):
+            w = np.float64(keys_t[c, j])
+            dot += np.float64(query[c]) * w
+            squares += w * w
+        x = a * dot + b * squares
+        reach = max(reach, squares)
+        if x > best:
+            best, runner, column = x, best, j
+        elif x > runner:
+            runner = x
+    return column if best - runner > exact[2] * (np.sqrt(scale * reach) + abs(b) * reach) else -1
+
+
 @njit(inline="always", cache=True, nogil=True)
 def _settle(b, lo, rows, hits, columns, index, segments, tally, write, thread):
     # What follows for the queries lo, ..., lo + rows - 1 of task b: index[b, i] is the key that
@@ -186,7 +215,7 @@ def _tile(t, chunks, chunk, m):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_direct(q, keys, bias, a, reach, bounds, index, chunk, workers, tally, write):
+def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers, tally, write):
     # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
     # the scores are summed here, a tile of `chunk` queries at a time, key by key across the
     # tile's queries. Each of `workers` threads takes every workers-th tile, with scratch space
@@ -221,12 +250,16 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, index, chunk, workers, tally
                     for i in range(rows):
                         logits[j, i] += scaled[c, i] * w
             _decide(logits, rows, squares, reach[b], bounds, best, hits, columns, nans)
+            for i in range(rows):
+                if exact[3] and hits[i] > 1 and _slack(squares[i], reach[b], bounds) < np.inf:
+                    columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
+                    hits[i] = 1 if columns[i] >= 0 else hits[i]
             undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, thread)
     return undecided.sum()
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, index, chunk, workers, tally, write):
+def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, exact, index, chunk, workers, tally, write):
     # A tile of `chunk` queries against all keys per step, through a BLAS product (np.dot), and
     # reduced while it is in cache: the logits of a whole block, as PyTorch would build them, go
     # out to memory and back. keys_t (B, d + 1, n) holds the bias as its last row, which the
@@ -254,6 +287,10 @@ def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, index, chunk, 
             for i in range(rows):
                 slack = _slack(_sum_squares(tile[i, :d]), reach[b], bounds)
                 columns[i], hits[i] = _maxima(logits[i], slack)
+                if exact[3] and hits[i] > 1 and slack < np.inf:
+                    start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
+                    columns[i] = _exact_winner(q[start : start + u(d)], keys_t[b], exact)
+                    hits[i] = 1 if columns[i] >= 0 else hits[i]
             undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, thread)
     return undecided.sum()
 
@@ -335,6 +372,8 @@ def argmax_dot(
     # eps = 2u; no partial sum of a logit overflows where its bound stays below a quarter of
     # the largest float.
     bounds = np.array([2 * (d + 3) * np.finfo(dtype).eps, abs(b), float(np.finfo(dtype).max) / 4])
+    # Near ties of float32 logits are settled in float64 (_exact_winner); float64 ones go to the caller.
+    exact = np.array([a, b, 2 * (d + 3) * np.finfo(np.float64).eps, dtype == np.float32], dtype=np.float64)
     # Partial sums per thread (numba's thread ids run below NUMBA_NUM_THREADS), flat; or none.
     threads = 0 if values is None else numba.config.NUMBA_NUM_THREADS
     f = 0 if values is None else values.shape[-1]
@@ -355,11 +394,11 @@ def argmax_dot(
     tile = DIRECT_TILE if direct else GEMM_TILE
     work = (index.numpy(), tile, min(B * -(-m // tile), numba.get_num_threads()), tally, write)
     if direct:
-        undecided = _argmax_direct(_array(q), keys, bias, a, reach, bounds, *work)
+        undecided = _argmax_direct(_array(q), keys, bias, a, reach, bounds, exact, *work)
     else:
         keys_t = np.concatenate([keys, bias[..., None]], axis=-1).transpose(0, 2, 1).copy()
         with _blas_controller().limit(limits=1, user_api="blas"):
-            undecided = _argmax_gemm(*_flat(q), B, m, d, keys_t, a, reach, bounds, *work)
+            undecided = _argmax_gemm(*_flat(q), B, m, d, keys_t, a, reach, bounds, exact, *work)
     if values is None:
         return Winners(index, int(undecided))
     return Winners(index, int(undecided), torch.from_numpy(sums.reshape(threads, B, n, f).sum(axis=0)), torch.from_numpy(sizes.reshape(threads, B, n).sum(axis=0)))

@@ -551,6 +551,31 @@ def test_argmax_dot_leaves_nan_rows_undecided(d):
 
 
 @pytest.mark.parametrize("d", [2, 12])
+def test_argmax_dot_settles_float32_near_ties_exactly(d):
+    # Keys 1 and 2 are key 0 moved by about one float32 rounding: every query nearest to them
+    # is within the float32 bound of a tie. The kernel settles it in float64 (exact products),
+    # as the exact arithmetic of these float32 numbers does; key 3, a duplicate of key 0, ties
+    # it exactly and stays undecided.
+    g = torch.Generator().manual_seed(d)
+    k = torch.randn(1, 5, d, generator=g)
+    k[0, 1] = k[0, 0] * (1 + 2**-23)
+    k[0, 2] = k[0, 0] * (1 - 2**-23)
+    q = k[0, 0] + 1e-3 * torch.randn(1, 400, d, generator=g)
+    found = kernels.argmax_dot(q, k[:, :3], 2.0, -1.0)
+    q64, k64 = q.double(), k[:, :3].double()
+    logits = 2.0 * q64 @ k64.transpose(1, 2) - k64.pow(2).sum(-1).unsqueeze(1)
+    top = logits.topk(2, dim=-1).values
+    clear = top[..., 0] - top[..., 1] > 1e-12 * logits.abs().amax()
+    assert bool(clear.any())
+    assert torch.equal(found.index[clear], logits.argmax(-1)[clear])
+    assert found.undecided == int((found.index < 0).sum())
+    # Far below what float32 rounding can tell apart: only the float64 pass decides these.
+    assert float((top[..., 0] - top[..., 1]).median()) < 1e-3 * 4 * (d + 3) * 2**-24 * float(logits.abs().amax())
+    duplicate = kernels.argmax_dot(q, torch.cat([k[:, :1], k[:, :1]], dim=1), 2.0, -1.0)
+    assert duplicate.undecided == 400 and bool((duplicate.index == -1).all())
+
+
+@pytest.mark.parametrize("d", [2, 12])
 def test_argmax_dot_leaves_logits_that_may_overflow_undecided(d):
     # a (q·k) of about 1e40 overflows float32: no rounding bound holds there, so the kernel
     # decides none of these queries (the map sees the infinities PyTorch computes).
