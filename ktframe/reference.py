@@ -18,16 +18,22 @@ import torch
 
 from ktframe.result import ClusteringResult
 
-_CHUNK_ELEMENTS = 1 << 24
+_BLOCK_ELEMENTS = 1 << 20
 
 
 def sqdist(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """``‖x_i − c_j‖²`` as ``(B, n, k)``, from the differences themselves (in chunks of points)."""
+    """``‖x_i − c_j‖²`` as ``(B, n, k)``, from the differences themselves, added coordinate by
+    coordinate into blocks of points that stay in cache (a (B, n, k, d) array of differences
+    summed over its last axis was 4–10× slower on CPU)."""
     B, n, d = X.shape
     k = C.shape[1]
-    step = max(1, _CHUNK_ELEMENTS // max(1, k * d * B))
-    parts = [(X[:, i : i + step, None, :] - C[:, None, :, :]).square().sum(-1) for i in range(0, n, step)]
-    return torch.cat(parts, dim=1)
+    step = max(1, _BLOCK_ELEMENTS // max(1, k * B))
+    out = X.new_zeros(B, n, k)
+    for i in range(0, n, step):
+        block = out[:, i : i + step]
+        for c in range(d):
+            block.add_((X[:, i : i + step, c, None] - C[:, None, :, c]).square())
+    return out
 
 
 def assign(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
