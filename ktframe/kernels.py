@@ -11,6 +11,8 @@
 - :func:`add_sparse_key_sums`: ``Σᵢ kᵢ vᵢᵀ`` and ``Σᵢ kᵢ`` over keys with few non-zeros (the
   one-hot assignments that the center update reads), touching only the non-zeros: O(nnz · f)
   instead of the O(n · e · f) dense product.
+- :func:`cluster_attention`: normalized linear attention over keys summed by cluster (what the
+  arg-max kernel's sums give the center update), written straight into a slot of the stream.
 - :func:`gather_rows`: value rows picked by index, written straight into a slot of the stream.
 
 On finite inputs they compute what their PyTorch counterparts compute (sums in another order).
@@ -120,22 +122,25 @@ def _decide(logits, rows, squares, reach, bounds, best, hits, columns, nans):
     # within _slack of query i's maximum (0 if its logits hold a NaN), and columns[i], the sum
     # of their columns. Every step runs across the tile's queries, so it vectorises (a
     # reduction over one query's keys would need fast-math, which would also drop the NaN test).
+    # The counts are int32, as wide as a float32 logit: one vector of compares fills one of
+    # counts. (A column sum may wrap with thousands of keys, but it is read only with one hit.)
     n = logits.shape[0]
     for i in range(rows):
         best[i] = logits[0, i]
         hits[i] = columns[i] = nans[i] = 0
     for j in range(1, n):
         for i in range(rows):
-            best[i] = max(best[i], logits[j, i])
+            x = logits[j, i]
+            best[i] = x if x > best[i] else best[i]  # a select, which vectorises where max() does not
     for i in range(rows):
         best[i] -= _slack(squares[i], reach, bounds)
     for j in range(n):
         for i in range(rows):
             x = logits[j, i]
             hit = x >= best[i]
-            hits[i] += np.int64(hit)
-            columns[i] += j if hit else 0
-            nans[i] += np.int64(x != x)
+            hits[i] += np.int32(hit)
+            columns[i] += np.int32(j) if hit else np.int32(0)
+            nans[i] += np.int32(x != x)
     for i in range(rows):
         hits[i] = 0 if nans[i] else hits[i]
 
@@ -230,9 +235,9 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers
         logits = np.empty((n, chunk), q.dtype)
         best = np.empty(chunk, q.dtype)
         squares = np.empty(chunk)
-        hits = np.empty(chunk, np.int64)
-        columns = np.empty(chunk, np.int64)
-        nans = np.empty(chunk, np.int64)
+        hits = np.empty(chunk, np.int32)
+        columns = np.empty(chunk, np.int32)
+        nans = np.empty(chunk, np.int32)
         for t in range(worker, B * chunks, workers):
             b, lo, rows = _tile(t, chunks, chunk, m)
             for i in range(rows):
@@ -479,6 +484,61 @@ def add_sparse_key_sums(k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, mass
     kv.add_(torch.from_numpy(partial_kv.sum(axis=0)))
     mass.add_(torch.from_numpy(partial_mass.sum(axis=0)))
     return True
+
+
+# --- linear attention over keys summed by cluster ---------------------------------------------
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _cluster_attention(q, keys, sums, sizes, own, out, workers):
+    # Per task: kv = Σ_r keys_r sums_rᵀ and mass = Σ_r keys_r sizes_r, summed as the batched
+    # product sums them (over r, in order); then each query's q·kv / q·mass. Zero weights are
+    # skipped, as in _sparse_key_sums: the keys and queries of the hand-built center update are
+    # one-hot, and most of a product over them would add zeros. The task's keys are
+    # read before any of its rows is written, and each row is read before it is written: out may
+    # be the very rows that own (or q) reads. Each of `workers` threads takes every workers-th
+    # task, with scratch space of its own (an allocation per task would cost more than its sums).
+    B, m, e = q.shape
+    r, f = sums.shape[1], sums.shape[2]
+    for worker in prange(workers):
+        kv = np.empty((e, f), sums.dtype)
+        mass = np.empty(e, sums.dtype)
+        numerator = np.empty(f, sums.dtype)
+        for b in range(worker, B, workers):
+            kv[:] = 0
+            mass[:] = 0
+            for j in range(r):
+                for o in range(e):
+                    w = keys[b, j, o]
+                    if w != 0:
+                        mass[o] += w * sizes[b, j]
+                        for c in range(f):
+                            kv[o, c] += w * sums[b, j, c]
+            for i in range(m):
+                total = sums.dtype.type(0)
+                for c in range(f):
+                    numerator[c] = 0
+                for o in range(e):
+                    x = q[b, i, o]
+                    if x != 0:
+                        total += x * mass[o]
+                        for c in range(f):
+                            numerator[c] += x * kv[o, c]
+                for c in range(f):
+                    # No key matches: the query keeps its own value (an empty cluster stays).
+                    out[b, i, c] = numerator[c] / total if total != 0 else numerator[c] + own[b, i, c]
+
+
+def cluster_attention(q: torch.Tensor, keys: torch.Tensor, sums: torch.Tensor, sizes: torch.Tensor, own: torch.Tensor, out: torch.Tensor) -> None:
+    """Normalized linear attention of queries ``q`` (B, m, e) over keys that take one of a few
+    values, given by cluster: ``keys`` (B, r, e), and the sums ``sums`` (B, r, f) and numbers
+    ``sizes`` (B, r) of the values of each cluster's members. ``out[b, i]`` (B, m, f) becomes
+    ``q·Σ_r keys_r sums_rᵀ / q·Σ_r keys_r sizes_r``, or ``own[b, i]`` (plus the numerator) where
+    no key matches. One pass per task, where PyTorch takes two batched products for the key sums,
+    two for the queries and a division; ``out`` may overlap ``own`` row for row."""
+    if out.numel():
+        workers = min(q.shape[0], numba.get_num_threads())
+        _cluster_attention(_array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), workers)
 
 
 # --- gathering value rows ---------------------------------------------------------------------

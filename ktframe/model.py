@@ -12,7 +12,7 @@ slot alone keeps them cheap without changing what they compute.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -161,12 +161,9 @@ class AttentionHead(nn.Module):
         """The head's output for ``queries`` given projected keys, in blocks of ``block`` logits;
         written into ``into`` (say, rows of the token stream's slot) if given, and returned."""
         if not self.needs_row_blocks:
-            if self.identity:
-                values = self.v(queries)
-            elif self.fused:
-                values = self._fused(self.q(queries), k, v)
-            else:
-                values = self._linear_attention(self.q(queries), k, v, queries)
+            if self.linear_attention:
+                return self._linear_attention(self.q(queries), k, v, queries, into)
+            values = self.v(queries) if self.identity else self._fused(self.q(queries), k, v)
             return values if into is None else into.copy_(values)
         q = self.q(queries)
         step = max(1, block // max(1, k.shape[0] * k.shape[1]))
@@ -257,16 +254,23 @@ class AttentionHead(nn.Module):
         out = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), dropout_p=p, scale=a)
         return out.squeeze(1)[..., :f]
 
-    def _linear_attention(self, q, kv, mass, queries):
+    def _linear_attention(self, q, kv, mass, queries, into=None):
         # Normalized linear attention is associative: (q Kᵀ) V / (q Kᵀ 1) = q (Kᵀ V) / q (Kᵀ 1),
         # which costs O(n) per query instead of building the (m, n) weight matrix.
+        if isinstance(kv, ClusterSums):
+            own = self.v(queries)
+            if kernels.usable(q, own, *kv) and (into is None or kernels.usable(into)):
+                out = into if into is not None else q.new_empty(*q.shape[:2], kv.sums.shape[-1])
+                kernels.cluster_attention(q, *kv, own, out)
+                return out
+            kv, mass = kv.totals()
         numerator = torch.bmm(q, kv)
         mass = torch.bmm(q, mass.unsqueeze(-1))
         empty = mass == 0
         values = numerator / torch.where(empty, torch.ones_like(mass), mass)
         if bool(empty.any()):  # no key matches: the query keeps its own value (an empty cluster stays)
             values = values + empty.to(values.dtype) * self.v(queries)
-        return values
+        return values if into is None else into.copy_(values)
 
 
 class KeyValueSums:
@@ -296,6 +300,22 @@ class KeyValueSums:
 
     def result(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.kv, self.mass
+
+
+class ClusterSums(NamedTuple):
+    """All that normalized linear attention reads of keys that take one of a few values: those
+    values ``keys`` (B, r, e), and by each, the sum ``sums`` (B, r, f) and number ``sizes`` (B, r)
+    of the values of the keys equal to it. ``Σᵢ kᵢ vᵢᵀ = Σ_r keys_r sums_rᵀ``: the keys of a hard
+    assignment's points are their clusters' keys, and the arg-max kernel sums by cluster."""
+
+    keys: torch.Tensor
+    sums: torch.Tensor
+    sizes: torch.Tensor
+
+    def totals(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``Σᵢ kᵢ vᵢᵀ`` (B, e, f) and ``Σᵢ kᵢ`` (B, e)."""
+        table = self.keys.transpose(1, 2)
+        return torch.bmm(table, self.sums), torch.bmm(table, self.sizes.unsqueeze(-1)).squeeze(-1)
 
 
 def key_value_sums(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -361,7 +381,8 @@ class Layer(nn.Module):
         p, c = self.point_norm(points), self.center_norm(centers)
         summed = in_place and self.center_cross.linear_attention
         # A hard assignment is made, and the center keys summed, by cluster where it can be.
-        center_keys: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None = self._assign(points, c) if summed else None
+        by_cluster = self._assign(points, c) if summed else None
+        center_keys: torch.Tensor | tuple | None = None if by_cluster is None else (by_cluster, None)
         if center_keys is None and summed:
             # The center update's key sums are taken block by block as the point stream is
             # updated, while each block of new assignments is still in cache: one pass over the
@@ -382,9 +403,9 @@ class Layer(nn.Module):
             centers = add_into(centers, self.center_ffn.slot, self.center_ffn(centers))
         return points, centers
 
-    def _assign(self, points: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The point update of a hard assignment, in place, and the center update's key sums,
-        from the winners' index; None (and nothing written) where this does not apply.
+    def _assign(self, points: torch.Tensor, c: torch.Tensor) -> ClusterSums | None:
+        """The point update of a hard assignment, in place, and the center update's key sums by
+        cluster, from the winners' index; None (and nothing written) where this does not apply.
 
         It applies when the point stream's one writer is an arg-max head whose slot is reset (the
         new assignment replaces the old) and the center update's keys read nothing but that slot
@@ -424,10 +445,22 @@ class Layer(nn.Module):
             slot[task, row] = torch.zeros(len(task), v.shape[-1], dtype=v.dtype).index_add_(0, pair, w * v[t, key])
             sums.index_put_((t, key), w * values[t, row[pair]], accumulate=True)
             sizes.index_put_((t, key), w.squeeze(-1), accumulate=True)
+        # The key of each value row: the center update's key projection of a point token that
+        # holds the row in its slot. Where the rows are the very slot of the key tokens (the
+        # index e_j of each center), that is the projection of the key tokens themselves, a
+        # view of the center stream, which its update must not write.
+        written = (center.slot, self.center_self.slot)
+        if (
+            isinstance(cross.v, Select)
+            and cross.v._unit
+            and cross.v._slice == cross.slot
+            and c.shape[-1] == points.shape[-1]
+            and not any(s.start <= i < s.stop for s in written for i in center.k.sources)
+        ):
+            return ClusterSums(center.k(c), sums, sizes)
         tokens = v.new_zeros(*v.shape[:2], points.shape[-1])
         tokens[..., cross.slot] = v
-        table = center.k(tokens).transpose(1, 2)  # (B, e, rows): the key of each value row
-        return torch.bmm(table, sums), torch.bmm(table, sizes.unsqueeze(-1)).squeeze(-1)
+        return ClusterSums(center.k(tokens), sums, sizes)
 
     def _in_place(self, *streams: torch.Tensor) -> bool:
         """Without autograd a layer updates its token streams in place."""
@@ -455,7 +488,7 @@ class Layer(nn.Module):
         projected = []
         for head, keys in heads:
             k, v = keys if isinstance(keys, tuple) else head.project(keys)
-            projected.append((head, *(t.clone() if t is not None and _shares_memory(t, tokens) else t for t in (k, v))))
+            projected.append((head, *(t.clone() if isinstance(t, torch.Tensor) and _shares_memory(t, tokens) else t for t in (k, v))))
         # A head that only rescales its own slot (the reset: y + (−y) = 0) does so in place, after
         # the other heads have read the block, instead of materialising −y and adding it.
         rescale, attending = [], []

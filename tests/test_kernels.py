@@ -371,6 +371,28 @@ def test_gather_rows_refuses_an_out_with_strided_coordinates():
         assert not out.any()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cluster_attention_equals_linear_attention_over_the_summed_keys(dtype):
+    g = torch.Generator().manual_seed(5)
+    B, r, m, e, f, width = 3, 6, 7, 5, 3, 10
+    keys = torch.rand(B, r, e, generator=g, dtype=dtype)
+    keys[:, :, 0] = 0  # no key has weight on coordinate 0: a query on it alone matches nothing
+    sums, sizes = torch.randn(B, r, f, generator=g, dtype=dtype), torch.rand(B, r, generator=g, dtype=dtype) + 1
+    tokens = torch.randn(B, m, width, generator=g, dtype=dtype)
+    q = tokens[..., f : f + e]
+    q[:, 0] = 0
+    q[:, 0, 0] = 1
+    before = tokens.clone()
+    own, out = tokens[..., :f], tokens[..., :f]  # the update overwrites the very value it keeps
+    kv, mass = ktframe.model.ClusterSums(keys, sums, sizes).totals()
+    total = torch.bmm(before[..., f : f + e], mass.unsqueeze(-1))
+    want = torch.bmm(before[..., f : f + e], kv) / torch.where(total == 0, torch.ones_like(total), total)
+    want[:, 0] = before[:, 0, :f]
+    assert kernels.cluster_attention(q, keys, sums, sizes, own, out) is None
+    torch.testing.assert_close(tokens[..., :f], want, rtol=4 * torch.finfo(dtype).eps, atol=0)
+    assert torch.equal(tokens[..., f:], before[..., f:])
+
+
 def test_usable_only_for_cpu_floats_without_autograd(monkeypatch):
     x = torch.randn(2, 3)
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
@@ -457,7 +479,7 @@ def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block, by_cl
     X, _ = mixture(B, 300, 3, 5, generator=g, dtype=torch.float64)
     C0 = reference.kmeans_plusplus(X, 5, g)
     model = ktframe.build_model("lloyd", d=3, k=5, n_layers=4, reset="identity", dtype=torch.float64)
-    names = ["argmax_count", "argmax_dot", "add_sparse_key_sums", "gather_rows"]
+    names = ["argmax_count", "argmax_dot", "add_sparse_key_sums", "gather_rows", "cluster_attention"]
     calls = counting(monkeypatch, names)
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
     with torch.no_grad():
@@ -466,6 +488,7 @@ def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block, by_cl
     # in its pass, or the assignments gathered into the stream and their key sums in blocks.
     assert calls["argmax_dot"] > 0
     assert calls["add_sparse_key_sums"] == 0 if by_cluster else calls["add_sparse_key_sums"] > 0 and calls["gather_rows"] > 0
+    assert (calls["cluster_attention"] > 0) == by_cluster
     monkeypatch.setenv(kernels.OFF_ENV, "1")
     calls.update(dict.fromkeys(calls, 0))
     with torch.no_grad():
