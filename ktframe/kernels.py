@@ -117,32 +117,32 @@ def _slack(squares, reach, bounds):
 
 
 @njit(inline="always", cache=True, nogil=True)
-def _decide(logits, rows, squares, reach, bounds, best, hits, columns, nans):
-    # For the key-major logits (n, ≥ rows) of a tile's queries: hits[i], the number of keys
-    # within _slack of query i's maximum (0 if its logits hold a NaN), and columns[i], the sum
-    # of their columns. Every step runs across the tile's queries, so it vectorises (a
-    # reduction over one query's keys would need fast-math, which would also drop the NaN test).
+def _decide(logits, rows, squares, reach, bounds, best, margin, hits, columns):
+    # For the key-major logits (n, ≥ rows) of a tile's queries: margin[i], query i's _slack;
+    # hits[i], the number of keys within it of the query's maximum (0 where it is inf: only
+    # then can a logit be NaN, since a NaN comes from an input that is not finite or from an
+    # overflow); and columns[i], the sum of their columns. Every step runs across the tile's
+    # queries, so it vectorises (a reduction over one query's keys would need fast-math).
     # The counts are int32, as wide as a float32 logit: one vector of compares fills one of
     # counts. (A column sum may wrap with thousands of keys, but it is read only with one hit.)
     n = logits.shape[0]
     for i in range(rows):
         best[i] = logits[0, i]
-        hits[i] = columns[i] = nans[i] = 0
+        hits[i] = columns[i] = 0
     for j in range(1, n):
         for i in range(rows):
             x = logits[j, i]
             best[i] = x if x > best[i] else best[i]  # a select, which vectorises where max() does not
     for i in range(rows):
-        best[i] -= _slack(squares[i], reach, bounds)
+        margin[i] = _slack(squares[i], reach, bounds)
+        best[i] -= margin[i]
     for j in range(n):
         for i in range(rows):
-            x = logits[j, i]
-            hit = x >= best[i]
+            hit = logits[j, i] >= best[i]
             hits[i] += np.int32(hit)
             columns[i] += np.int32(j) if hit else np.int32(0)
-            nans[i] += np.int32(x != x)
     for i in range(rows):
-        hits[i] = 0 if nans[i] else hits[i]
+        hits[i] = hits[i] if margin[i] < np.inf else 0
 
 
 @njit(cache=True, nogil=True)
@@ -235,9 +235,9 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers
         logits = np.empty((n, chunk), q.dtype)
         best = np.empty(chunk, q.dtype)
         squares = np.empty(chunk)
+        margin = np.empty(chunk)
         hits = np.empty(chunk, np.int32)
         columns = np.empty(chunk, np.int32)
-        nans = np.empty(chunk, np.int32)
         for t in range(worker, B * chunks, workers):
             b, lo, rows = _tile(t, chunks, chunk, m)
             for i in range(rows):
@@ -254,9 +254,9 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers
                     w = keys[b, j, c]
                     for i in range(rows):
                         logits[j, i] += scaled[c, i] * w
-            _decide(logits, rows, squares, reach[b], bounds, best, hits, columns, nans)
+            _decide(logits, rows, squares, reach[b], bounds, best, margin, hits, columns)
             for i in range(rows):
-                if exact[3] and hits[i] > 1 and _slack(squares[i], reach[b], bounds) < np.inf:
+                if exact[3] and hits[i] > 1 and margin[i] < np.inf:
                     columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
                     hits[i] = 1 if columns[i] >= 0 else hits[i]
             undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, thread)
@@ -306,15 +306,17 @@ def _key_terms(keys, b):
     # key norm (for the rounding bound), one pass where PyTorch would take five.
     B, n, d = keys.shape
     bias = np.empty((B, n), keys.dtype)
-    reach = np.zeros(B)
+    reach = np.empty(B)
     for t in range(B):
+        top = 0.0  # the largest ‖k‖², in a local: a running maximum in reach[t] would wait on memory
         for j in range(n):
             total = keys.dtype.type(0)
             for c in range(d):
                 total += keys[t, j, c] * keys[t, j, c]
             bias[t, j] = b * total
             # A key that is not finite makes the reach inf: no query of its task is decided.
-            reach[t] = max(reach[t], np.sqrt(np.float64(total))) if total == total else np.inf
+            top = max(top, np.float64(total)) if total == total else np.inf
+        reach[t] = np.sqrt(top)
     return bias, reach
 
 
