@@ -22,6 +22,7 @@ and ``KTFRAME_NO_KERNELS=1`` turns them off (PyTorch's own ops are used then, as
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import NamedTuple
@@ -175,10 +176,10 @@ def _exact_winner(query, keys_t, exact):
 
 
 @njit(inline="always", cache=True, nogil=True)
-def _settle(b, lo, rows, hits, columns, index, segments, tally, write, thread):
+def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
     # What follows for the queries lo, ..., lo + rows - 1 of task b: index[b, i] is the key that
     # query i wins outright, or −1 (no clear winner). For a winner j: the query's value row is
-    # added to segment j of this thread's partial sums, and row j of the table is copied to the
+    # added to segment j of partial sums number `part`, and row j of the table is copied to the
     # query's row of out. Rows are flat unit-stride runs (see _flat), located in unsigned
     # arithmetic, which spares every access a test for a negative index; empty sums or out
     # arrays ask for neither. Returns the number of queries without a clear winner.
@@ -197,7 +198,7 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, thread):
         j = columns[r]
         index[b, i] = j
         if f:
-            segment = (u(thread) * tasks + u(b)) * n + u(j)
+            segment = (u(part) * tasks + u(b)) * n + u(j)
             sizes[segment] += 1
             source = u(b) * value_strides[0] + u(i) * value_strides[1]
             target = segment * f
@@ -223,14 +224,16 @@ def _tile(t, chunks, chunk, m):
 def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers, tally, write):
     # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
     # the scores are summed here, a tile of `chunk` queries at a time, key by key across the
-    # tile's queries. Each of `workers` threads takes every workers-th tile, with scratch space
-    # of its own: many small tasks make many small tiles.
+    # tile's queries. Each of `workers` slots takes every workers-th tile, with scratch space of
+    # its own (many small tasks make many small tiles), and its own partial sums if there are
+    # several (see argmax_dot).
     B, m, d = q.shape
     n = keys.shape[1]
     chunks = (m + chunk - 1) // chunk
+    parts = tally[3].shape[0] // max(1, B * n)
     undecided = np.zeros(workers, np.int64)
     for worker in prange(workers):
-        thread = numba.get_thread_id()
+        part = worker if parts > 1 else 0
         scaled = np.empty((d, chunk), q.dtype)  # a tile's queries times a, coordinate-major
         logits = np.empty((n, chunk), q.dtype)
         best = np.empty(chunk, q.dtype)
@@ -259,7 +262,7 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers
                 if exact[3] and hits[i] > 1 and margin[i] < np.inf:
                     columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
                     hits[i] = 1 if columns[i] >= 0 else hits[i]
-            undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, thread)
+            undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, part)
     return undecided.sum()
 
 
@@ -272,10 +275,11 @@ def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, exact, index, 
     # rows (see _flat); tiles are dealt to workers as in _argmax_direct.
     n = keys_t.shape[2]
     chunks = (m + chunk - 1) // chunk
+    parts = tally[3].shape[0] // max(1, B * n)
     undecided = np.zeros(workers, np.int64)
     u = np.uint64
     for worker in prange(workers):
-        thread = numba.get_thread_id()
+        part = worker if parts > 1 else 0
         tile = np.empty((chunk, d + 1), q.dtype)  # scaled and contiguous, as BLAS wants it
         hits = np.empty(chunk, np.int64)
         columns = np.empty(chunk, np.int64)
@@ -296,7 +300,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, exact, index, 
                     start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
                     columns[i] = _exact_winner(q[start : start + u(d)], keys_t[b], exact)
                     hits[i] = 1 if columns[i] >= 0 else hits[i]
-            undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, thread)
+            undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, part)
     return undecided.sum()
 
 
@@ -324,6 +328,20 @@ def _key_terms(keys, b):
 DIRECT_MAX_WIDTH = 8
 # Queries per tile: 256 × n logits stay in a core's cache for n in the hundreds.
 DIRECT_TILE = GEMM_TILE = 256
+# Slots per thread for many small tasks (argmax_dot, cluster_attention): enough that a thread
+# held up by the OS costs the others a few slots' work, not half the call.
+SLOTS_PER_THREAD = 16
+
+
+@contextlib.contextmanager
+def _slots_as_threads_come_free():
+    # numba hands out a parallel loop's iterations in equal static blocks by default; with chunk
+    # size 1 each thread takes the next slot when it is done with its last.
+    previous = numba.set_parallel_chunksize(1)
+    try:
+        yield
+    finally:
+        numba.set_parallel_chunksize(previous)
 
 
 @functools.cache
@@ -381,11 +399,19 @@ def argmax_dot(
     bounds = np.array([2 * (d + 3) * np.finfo(dtype).eps, abs(b), float(np.finfo(dtype).max) / 4])
     # Near ties of float32 logits are settled in float64 (_exact_winner); float64 ones go to the caller.
     exact = np.array([a, b, 2 * (d + 3) * np.finfo(np.float64).eps, dtype == np.float32], dtype=np.float64)
-    # Partial sums per thread (numba's thread ids run below NUMBA_NUM_THREADS), flat; or none.
-    threads = 0 if values is None else numba.config.NUMBA_NUM_THREADS
+    direct = d <= DIRECT_MAX_WIDTH
+    tile = DIRECT_TILE if direct else GEMM_TILE
+    chunks = -(-m // tile)
+    # Tiles are dealt to slots, and slots to threads as they come free: a task of one tile
+    # sums into one slot, so many small tasks get more slots than threads, and a thread held up
+    # (on a shared machine) leaves the slots it has not begun to the others. Large tasks spread
+    # over several slots sum into partial sums per slot, added up in slot order at the end:
+    # which thread ran a slot never changes a result.
+    slots = min(B * chunks, numba.get_num_threads() * (SLOTS_PER_THREAD if chunks == 1 else 1))
+    parts = 0 if values is None else 1 if chunks == 1 else slots
     f = 0 if values is None else values.shape[-1]
-    sums = np.zeros(threads * B * n * f, dtype=dtype)
-    sizes = np.zeros(threads * B * n, dtype=dtype)
+    sums = np.zeros(parts * B * n * f, dtype=dtype)
+    sizes = np.zeros(parts * B * n, dtype=dtype)
     nothing = (np.zeros(1, dtype), np.zeros(2, np.uint64))  # stands in for rows that are never read
     tally = (*(_flat(values) if f else nothing), sums, sizes)
     # (table, its strides, out, its strides and width); width 0: nothing written.
@@ -397,18 +423,20 @@ def argmax_dot(
         target, strides = _flat(out)
         write = (*_flat(table), target, np.append(strides, np.uint64(out.shape[-1])))
     a = dtype.type(a)
-    direct = d <= DIRECT_MAX_WIDTH
-    tile = DIRECT_TILE if direct else GEMM_TILE
-    work = (index.numpy(), tile, min(B * -(-m // tile), numba.get_num_threads()), tally, write)
+    work = (index.numpy(), tile, slots, tally, write)
     if direct:
-        undecided = _argmax_direct(_array(q), keys, bias, a, reach, bounds, exact, *work)
+        with _slots_as_threads_come_free():
+            undecided = _argmax_direct(_array(q), keys, bias, a, reach, bounds, exact, *work)
     else:
         keys_t = np.concatenate([keys, bias[..., None]], axis=-1).transpose(0, 2, 1).copy()
-        with _blas_controller().limit(limits=1, user_api="blas"):
+        with _blas_controller().limit(limits=1, user_api="blas"), _slots_as_threads_come_free():
             undecided = _argmax_gemm(*_flat(q), B, m, d, keys_t, a, reach, bounds, exact, *work)
     if values is None:
         return Winners(index, int(undecided))
-    return Winners(index, int(undecided), torch.from_numpy(sums.reshape(threads, B, n, f).sum(axis=0)), torch.from_numpy(sizes.reshape(threads, B, n).sum(axis=0)))
+    sums, sizes = sums.reshape(parts, B, n, f), sizes.reshape(parts, B, n)
+    if parts > 1:
+        sums, sizes = sums.sum(axis=0), sizes.sum(axis=0)
+    return Winners(index, int(undecided), torch.from_numpy(sums.reshape(B, n, f)), torch.from_numpy(sizes.reshape(B, n)))
 
 
 # --- key sums over sparse keys ----------------------------------------------------------------
@@ -498,7 +526,7 @@ def _cluster_attention(q, keys, sums, sizes, own, out, workers):
     # skipped, as in _sparse_key_sums: the keys and queries of the hand-built center update are
     # one-hot, and most of a product over them would add zeros. The task's keys are
     # read before any of its rows is written, and each row is read before it is written: out may
-    # be the very rows that own (or q) reads. Each of `workers` threads takes every workers-th
+    # be the very rows that own (or q) reads. Each of `workers` slots takes every workers-th
     # task, with scratch space of its own (an allocation per task would cost more than its sums).
     B, m, e = q.shape
     r, f = sums.shape[1], sums.shape[2]
@@ -539,8 +567,9 @@ def cluster_attention(q: torch.Tensor, keys: torch.Tensor, sums: torch.Tensor, s
     no key matches. One pass per task, where PyTorch takes two batched products for the key sums,
     two for the queries and a division; ``out`` may overlap ``own`` row for row."""
     if out.numel():
-        workers = min(q.shape[0], numba.get_num_threads())
-        _cluster_attention(_array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), workers)
+        workers = min(q.shape[0], SLOTS_PER_THREAD * numba.get_num_threads())
+        with _slots_as_threads_come_free():
+            _cluster_attention(_array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), workers)
 
 
 # --- gathering value rows ---------------------------------------------------------------------

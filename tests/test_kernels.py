@@ -633,6 +633,19 @@ def test_argmax_dot_sums_and_gathers_by_clear_winner(dtype, B, m, n, d):
     assert torch.equal(tokens[..., : 4 + d], before[..., : 4 + d])  # nothing outside the slot
 
 
+@pytest.mark.parametrize("B, m", [(1, 5000), (300, 40)], ids=["one-task-many-tiles", "many-one-tile-tasks"])
+def test_argmax_dot_sums_do_not_depend_on_which_thread_ran_a_tile(B, m):
+    # Tiles are handed to threads as they come free; the sums must come out bit for bit the same.
+    g = torch.Generator().manual_seed(m)
+    q, k = torch.randn(B, m, 3, generator=g), torch.randn(B, 7, 3, generator=g)
+    values = torch.randn(B, m, 5, generator=g)
+    first = kernels.argmax_dot(q, k, 2.0, -1.0, values=values)
+    for _ in range(6):
+        again = kernels.argmax_dot(q, k, 2.0, -1.0, values=values)
+        assert torch.equal(again.index, first.index)
+        assert torch.equal(again.sums, first.sums) and torch.equal(again.sizes, first.sizes)
+
+
 def test_argmax_dot_refuses_an_out_with_strided_coordinates():
     q, k = torch.randn(1, 5, 3), torch.randn(1, 4, 3)
     with pytest.raises(ValueError, match="contiguous"):
