@@ -22,7 +22,6 @@ and ``KTFRAME_NO_KERNELS=1`` turns them off (PyTorch's own ops are used then, as
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 from typing import NamedTuple
@@ -221,12 +220,13 @@ def _tile(t, chunks, chunk, m):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers, tally, write):
+def _argmax_direct(q, keys, a, bk, bounds, exact, index, chunk, workers, tally, write):
     # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
     # the scores are summed here, a tile of `chunk` queries at a time, key by key across the
     # tile's queries. Each of `workers` slots takes every workers-th tile, with scratch space of
     # its own (many small tasks make many small tiles), and its own partial sums if there are
-    # several (see argmax_dot).
+    # several (see argmax_dot). A tile's task's key terms are taken when the slot reaches it:
+    # one pass over n × d keys beside the tile's rows × n × d products, and no call of its own.
     B, m, d = q.shape
     n = keys.shape[1]
     chunks = (m + chunk - 1) // chunk
@@ -234,6 +234,9 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers
     undecided = np.zeros(workers, np.int64)
     for worker in prange(workers):
         part = worker if parts > 1 else 0
+        bias = np.empty(n, q.dtype)
+        reach = 0.0
+        task = -1
         scaled = np.empty((d, chunk), q.dtype)  # a tile's queries times a, coordinate-major
         logits = np.empty((n, chunk), q.dtype)
         best = np.empty(chunk, q.dtype)
@@ -243,6 +246,8 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers
         columns = np.empty(chunk, np.int32)
         for t in range(worker, B * chunks, workers):
             b, lo, rows = _tile(t, chunks, chunk, m)
+            if b != task:
+                reach, task = _task_key_terms(keys, b, bk, bias), b
             for i in range(rows):
                 squares[i] = 0.0
             for c in range(d):
@@ -252,12 +257,12 @@ def _argmax_direct(q, keys, bias, a, reach, bounds, exact, index, chunk, workers
                     squares[i] += np.float64(x) * np.float64(x)
             for j in range(n):
                 for i in range(rows):
-                    logits[j, i] = bias[b, j]
+                    logits[j, i] = bias[j]
                 for c in range(d):
                     w = keys[b, j, c]
                     for i in range(rows):
                         logits[j, i] += scaled[c, i] * w
-            _decide(logits, rows, squares, reach[b], bounds, best, margin, hits, columns)
+            _decide(logits, rows, squares, reach, bounds, best, margin, hits, columns)
             for i in range(rows):
                 if exact[3] and hits[i] > 1 and margin[i] < np.inf:
                     columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
@@ -304,23 +309,29 @@ def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, exact, index, 
     return undecided.sum()
 
 
+@njit(inline="always", cache=True, nogil=True)
+def _task_key_terms(keys, t, b, bias):
+    # Task t's key biases b ‖k‖² into bias (in the keys' type, as the logits add it), and its
+    # largest key norm (for the rounding bound) returned.
+    top = 0.0  # the largest ‖k‖², in a local: a running maximum in memory would wait on it
+    for j in range(keys.shape[1]):
+        total = keys.dtype.type(0)
+        for c in range(keys.shape[2]):
+            total += keys[t, j, c] * keys[t, j, c]
+        bias[j] = b * total
+        # A key that is not finite makes the reach inf: no query of its task is decided.
+        top = max(top, np.float64(total)) if total == total else np.inf
+    return np.sqrt(top)
+
+
 @njit(cache=True, nogil=True)
 def _key_terms(keys, b):
-    # Each key's bias b ‖k‖² (in the keys' type, as the logits add it) and each task's largest
-    # key norm (for the rounding bound), one pass where PyTorch would take five.
+    # Every task's key terms (_task_key_terms), one pass where PyTorch would take five.
     B, n, d = keys.shape
     bias = np.empty((B, n), keys.dtype)
     reach = np.empty(B)
     for t in range(B):
-        top = 0.0  # the largest ‖k‖², in a local: a running maximum in reach[t] would wait on memory
-        for j in range(n):
-            total = keys.dtype.type(0)
-            for c in range(d):
-                total += keys[t, j, c] * keys[t, j, c]
-            bias[t, j] = b * total
-            # A key that is not finite makes the reach inf: no query of its task is decided.
-            top = max(top, np.float64(total)) if total == total else np.inf
-        reach[t] = np.sqrt(top)
+        reach[t] = _task_key_terms(keys, t, b, bias[t])
     return bias, reach
 
 
@@ -333,13 +344,13 @@ DIRECT_TILE = GEMM_TILE = 256
 SLOTS_PER_THREAD = 16
 
 
-@contextlib.contextmanager
-def _slots_as_threads_come_free():
-    # numba hands out a parallel loop's iterations in equal static blocks by default; with chunk
-    # size 1 each thread takes the next slot when it is done with its last.
+def _dealt(kernel, *args):
+    """``kernel(*args)`` with its parallel loop's slots handed to threads as they come free:
+    numba deals a loop's iterations out in equal static blocks by default; with chunk size 1
+    each thread takes the next slot when it is done with its last."""
     previous = numba.set_parallel_chunksize(1)
     try:
-        yield
+        return kernel(*args)
     finally:
         numba.set_parallel_chunksize(previous)
 
@@ -393,7 +404,6 @@ def argmax_dot(
     index = torch.empty(B, m, dtype=torch.int64)
     keys = _array(k)
     dtype = keys.dtype
-    bias, reach = _key_terms(keys, dtype.type(b))
     # eps = 2u; no partial sum of a logit overflows where its bound stays below a quarter of
     # the largest float.
     bounds = np.array([2 * (d + 3) * np.finfo(dtype).eps, abs(b), float(np.finfo(dtype).max) / 4])
@@ -421,16 +431,16 @@ def argmax_dot(
         if out.stride(-1) != 1 and out.shape[-1] > 1:
             raise ValueError("argmax_dot writes rows whose coordinates are contiguous")
         target, strides = _flat(out)
-        write = (*_flat(table), target, np.append(strides, np.uint64(out.shape[-1])))
-    a = dtype.type(a)
+        write = (*_flat(table), target, np.array([*strides, out.shape[-1]], dtype=np.uint64))
+    a, b = dtype.type(a), dtype.type(b)
     work = (index.numpy(), tile, slots, tally, write)
     if direct:
-        with _slots_as_threads_come_free():
-            undecided = _argmax_direct(_array(q), keys, bias, a, reach, bounds, exact, *work)
+        undecided = _dealt(_argmax_direct, _array(q), keys, a, b, bounds, exact, *work)
     else:
+        bias, reach = _key_terms(keys, b)
         keys_t = np.concatenate([keys, bias[..., None]], axis=-1).transpose(0, 2, 1).copy()
-        with _blas_controller().limit(limits=1, user_api="blas"), _slots_as_threads_come_free():
-            undecided = _argmax_gemm(*_flat(q), B, m, d, keys_t, a, reach, bounds, exact, *work)
+        with _blas_controller().limit(limits=1, user_api="blas"):
+            undecided = _dealt(_argmax_gemm, *_flat(q), B, m, d, keys_t, a, reach, bounds, exact, *work)
     if values is None:
         return Winners(index, int(undecided))
     sums, sizes = sums.reshape(parts, B, n, f), sizes.reshape(parts, B, n)
@@ -568,8 +578,7 @@ def cluster_attention(q: torch.Tensor, keys: torch.Tensor, sums: torch.Tensor, s
     two for the queries and a division; ``out`` may overlap ``own`` row for row."""
     if out.numel():
         workers = min(q.shape[0], SLOTS_PER_THREAD * numba.get_num_threads())
-        with _slots_as_threads_come_free():
-            _cluster_attention(_array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), workers)
+        _dealt(_cluster_attention, _array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), workers)
 
 
 # --- gathering value rows ---------------------------------------------------------------------
