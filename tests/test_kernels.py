@@ -505,6 +505,21 @@ def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block, by_cl
         assert torch.equal(got.labels, want.labels)
 
 
+def test_center_keys_by_cluster_from_value_rows_equal_those_read_off_the_center_stream():
+    # Where the value rows are the centers' own index slot, the layer reads the keys by cluster
+    # straight off the center stream; otherwise it builds a token per value row. Both must agree.
+    g = torch.Generator().manual_seed(4)
+    X, _ = mixture(3, 200, 2, 6, generator=g, dtype=torch.float64)
+    C0 = reference.kmeans_plusplus(X, 6, g)
+    model = ktframe.build_model("lloyd", d=2, k=6, n_layers=3, reset="identity", dtype=torch.float64)
+    with torch.no_grad():
+        read_off = model(X, C0)
+        for layer in model.layers:
+            layer.point_cross.v._unit = False  # multiplies by its scales of 1 instead: same rows
+        built = model(X, C0)
+    assert torch.equal(built.trajectory, read_off.trajectory) and torch.equal(built.assignments, read_off.assignments)
+
+
 def test_ties_in_the_assignment_by_index_are_shared_as_without_kernels(monkeypatch):
     # Task 0: the origin is at distance 1 from three centers (the other points pin them), so the
     # kernel finds no single winner there and the map shares it three ways; task 1 has no tie;
