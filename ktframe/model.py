@@ -161,9 +161,12 @@ class AttentionHead(nn.Module):
         """The head's output for ``queries`` given projected keys, in blocks of ``block`` logits;
         written into ``into`` (say, rows of the token stream's slot) if given, and returned."""
         if not self.needs_row_blocks:
-            if self.linear_attention:
+            if self.identity:
+                values = self.v(queries)
+            elif self.fused:
+                values = self._fused(self.q(queries), k, v)
+            else:  # linear attention, which may write into its slot itself
                 return self._linear_attention(self.q(queries), k, v, queries, into)
-            values = self.v(queries) if self.identity else self._fused(self.q(queries), k, v)
             return values if into is None else into.copy_(values)
         q = self.q(queries)
         step = max(1, block // max(1, k.shape[0] * k.shape[1]))
@@ -475,7 +478,8 @@ class Layer(nn.Module):
         after_rows: Callable[[slice], None] | None = None,
     ) -> torch.Tensor:
         """``tokens + Σ head(queries, keys)``, each head writing its slot, every head reading the
-        stream as it was before this step. ``keys`` may be given already projected (a pair).
+        stream as it was before this step. ``keys`` may be given already projected (a pair; for
+        linear attention its key sums, or a :class:`ClusterSums` and None).
         ``after_rows(rows)`` is called once those rows are final (in place only)."""
         if not (self._in_place(tokens) if in_place is None else in_place):
             updates = [(head.slot, head(queries, keys)) for head, keys in heads]
