@@ -42,13 +42,14 @@ class TransformerKMeans:
     then is (see ``reset`` in docs/exactness.md), so memory grows with n·k, not n².
 
     Attributes after ``fit``: ``cluster_centers_ (k, d)``, ``labels_ (n,)``, ``inertia_``,
-    ``n_iter_`` (layers applied), ``n_features_in_``. Arrays come back as numpy arrays, or as
+    ``n_iter_`` (layers applied: as in scikit-learn, fewer than ``n_layers`` once a layer leaves
+    the assignments, and so the centers, as they were), ``n_features_in_``. Arrays come back as numpy arrays, or as
     tensors when ``fit`` was given a tensor.
 
     Many independent tasks at once: ``fit`` also takes ``X`` of shape ``(n_tasks, n_samples,
     n_features)`` and clusters every task separately in one batched pass; the attributes then
     gain a leading task axis (``cluster_centers_ (n_tasks, k, d)``, ``labels_ (n_tasks, n)``,
-    ``inertia_ (n_tasks,)``), an ``init`` array has shape ``(n_tasks, k, d)``, and ``predict``,
+    ``inertia_ (n_tasks,)``, ``n_iter_ (n_tasks,)``), an ``init`` array has shape ``(n_tasks, k, d)``, and ``predict``,
     ``transform`` and ``score`` take ``(n_tasks, m, n_features)``.
     """
 
@@ -156,7 +157,7 @@ class TransformerKMeans:
         self.labels_ = self._out(result.labels)
         inertia = reference.objective(tensor, result.centers)
         self.inertia_ = inertia.cpu().numpy() if batched else float(inertia[0])
-        self.n_iter_ = model.n_layers
+        self.n_iter_ = result.n_iter.cpu().numpy() if batched else int(result.n_iter[0])
         return self
 
     def fit_predict(self, X: Any, y: Any = None) -> Any:

@@ -179,11 +179,12 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
     # What follows for the queries lo, ..., lo + rows - 1 of task b: index[b, i] is the key that
     # query i wins outright, or −1 (no clear winner). For a winner j: the query's value row is
     # added to segment j of partial sums number `part`, and row j of the table is copied to the
-    # query's row of out. Rows are flat unit-stride runs (see _flat), located in unsigned
-    # arithmetic, which spares every access a test for a negative index; empty sums or out
-    # arrays ask for neither. Returns the number of queries without a clear winner.
+    # query's row of out, and moved[b] set to 1 if that changes the row. Rows are flat
+    # unit-stride runs (see _flat), located in unsigned arithmetic, which spares every access a
+    # test for a negative index; empty sums or out arrays ask for neither. Returns the number of
+    # queries without a clear winner.
     values, value_strides, sums, sizes = tally
-    table, table_strides, out, out_strides = write
+    table, table_strides, out, out_strides, moved = write
     u = np.uint64
     tasks, n, f = u(index.shape[0]), u(segments), u(sums.shape[0] // max(1, sizes.shape[0]))
     width = out_strides[2]
@@ -206,8 +207,12 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
         if width:
             source = u(b) * table_strides[0] + u(j) * table_strides[1]
             target = u(b) * out_strides[0] + u(i) * out_strides[1]
+            changed = False
             for c in range(width):
+                changed |= out[target + c] != table[source + c]
                 out[target + c] = table[source + c]
+            if changed:
+                moved[b] = True
     return undecided
 
 
@@ -220,7 +225,7 @@ def _tile(t, chunks, chunk, m):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_direct(q, keys, a, bk, bounds, exact, index, chunk, workers, tally, write):
+def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, tally, write):
     # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
     # the scores are summed here, a tile of `chunk` queries at a time, key by key across the
     # tile's queries. Each of `workers` slots takes every workers-th tile, with scratch space of
@@ -246,6 +251,10 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, chunk, workers, tally, 
         columns = np.empty(chunk, np.int32)
         for t in range(worker, B * chunks, workers):
             b, lo, rows = _tile(t, chunks, chunk, m)
+            if skip[b]:
+                for i in range(rows):
+                    index[b, lo + i] = -1
+                continue
             if b != task:
                 reach, task = _task_key_terms(keys, b, bk, bias), b
             for i in range(rows):
@@ -272,7 +281,7 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, chunk, workers, tally, 
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, exact, index, chunk, workers, tally, write):
+def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, exact, index, skip, chunk, workers, tally, write):
     # A tile of `chunk` queries against all keys per step, through a BLAS product (np.dot), and
     # reduced while it is in cache: the logits of a whole block, as PyTorch would build them, go
     # out to memory and back. keys_t (B, d + 1, n) holds the bias as its last row, which the
@@ -290,6 +299,10 @@ def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, exact, index, 
         columns = np.empty(chunk, np.int64)
         for t in range(worker, B * chunks, workers):
             b, lo, rows = _tile(t, chunks, chunk, m)
+            if skip[b]:
+                for i in range(rows):
+                    index[b, lo + i] = -1
+                continue
             for i in range(rows):
                 start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
                 for c in range(u(d)):
@@ -368,13 +381,15 @@ def _blas_controller():
 class Winners(NamedTuple):
     """What :func:`argmax_dot` finds: per query ``(B, m)``, the index of the key it wins outright,
     or −1 where it has no clear winner (close rivals, a NaN), and how many such queries there
-    are; and, if it was given values ``(B, m, f)``, the sums ``(B, n, f)`` and numbers ``(B, n)``
-    of the value rows of the queries that each key wins."""
+    are; if it was given values ``(B, m, f)``, the sums ``(B, n, f)`` and numbers ``(B, n)``
+    of the value rows of the queries that each key wins; and if it was given rows to gather,
+    ``moved`` ``(B,)``: whether any row it wrote into a task's ``out`` differed from the row there."""
 
     index: torch.Tensor
     undecided: int
     sums: torch.Tensor | None = None
     sizes: torch.Tensor | None = None
+    moved: torch.Tensor | None = None
 
 
 def argmax_dot(
@@ -384,6 +399,7 @@ def argmax_dot(
     b: float,
     values: torch.Tensor | None = None,
     gather: tuple[torch.Tensor, torch.Tensor] | None = None,
+    skip: torch.Tensor | None = None,
 ) -> Winners:
     """The arg-max over keys of the logits ``a (q·k) + b ‖k‖²`` for queries ``q`` (B, m, d) and
     keys ``k`` (B, n, d), without building them: each thread sums one tile of queries at a time
@@ -397,7 +413,13 @@ def argmax_dot(
 
     In the same pass, for the decided queries: with ``values`` (B, m, f), their value rows are
     summed by winning key (a cluster's sum and size); with ``gather=(table, out)``,
-    ``out[b, i] = table[b, winner]`` as in :func:`gather_rows` (other rows are left as they are).
+    ``out[b, i] = table[b, winner]`` as in :func:`gather_rows` (other rows are left as they are),
+    and ``moved[b]`` tells whether that changed any row of task b: a step that leaves a task's
+    assignments as they were is how a caller sees that the task has converged.
+
+    ``skip`` (B,) bool: tasks left out altogether (a converged task, whose rows would come out
+    as they are): their index rows are −1 but not counted as undecided, their sums are zero,
+    nothing of theirs is written, and they have not moved.
     """
     B, m, d = q.shape
     n = k.shape[1]
@@ -424,16 +446,18 @@ def argmax_dot(
     sizes = np.zeros(parts * B * n, dtype=dtype)
     nothing = (np.zeros(1, dtype), np.zeros(2, np.uint64))  # stands in for rows that are never read
     tally = (*(_flat(values) if f else nothing), sums, sizes)
-    # (table, its strides, out, its strides and width); width 0: nothing written.
-    write = (*nothing, np.zeros(1, dtype), np.zeros(3, np.uint64))
+    # (table, its strides, out, its strides and width, moved by task); width 0: nothing written.
+    moved = torch.zeros(B if gather is not None else 0, dtype=torch.bool)
+    write = (*nothing, np.zeros(1, dtype), np.zeros(3, np.uint64), moved.numpy())
     if gather is not None and gather[1].numel():
         table, out = gather
         if out.stride(-1) != 1 and out.shape[-1] > 1:
             raise ValueError("argmax_dot writes rows whose coordinates are contiguous")
         target, strides = _flat(out)
-        write = (*_flat(table), target, np.array([*strides, out.shape[-1]], dtype=np.uint64))
+        write = (*_flat(table), target, np.array([*strides, out.shape[-1]], dtype=np.uint64), moved.numpy())
     a, b = dtype.type(a), dtype.type(b)
-    work = (index.numpy(), tile, slots, tally, write)
+    skipped = np.zeros(B, np.bool_) if skip is None else _array(skip)
+    work = (index.numpy(), skipped, tile, slots, tally, write)
     if direct:
         undecided = _dealt(_argmax_direct, _array(q), keys, a, b, bounds, exact, *work)
     else:
@@ -441,12 +465,13 @@ def argmax_dot(
         keys_t = np.concatenate([keys, bias[..., None]], axis=-1).transpose(0, 2, 1).copy()
         with _blas_controller().limit(limits=1, user_api="blas"):
             undecided = _dealt(_argmax_gemm, *_flat(q), B, m, d, keys_t, a, reach, bounds, exact, *work)
+    moved = moved if gather is not None else None
     if values is None:
-        return Winners(index, int(undecided))
+        return Winners(index, int(undecided), moved=moved)
     sums, sizes = sums.reshape(parts, B, n, f), sizes.reshape(parts, B, n)
     if parts > 1:
         sums, sizes = sums.sum(axis=0), sizes.sum(axis=0)
-    return Winners(index, int(undecided), torch.from_numpy(sums.reshape(B, n, f)), torch.from_numpy(sizes.reshape(B, n)))
+    return Winners(index, int(undecided), torch.from_numpy(sums.reshape(B, n, f)), torch.from_numpy(sizes.reshape(B, n)), moved)
 
 
 # --- key sums over sparse keys ----------------------------------------------------------------
@@ -530,7 +555,7 @@ def add_sparse_key_sums(k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, mass
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _cluster_attention(q, keys, sums, sizes, own, out, workers):
+def _cluster_attention(q, keys, sums, sizes, own, out, skip, workers):
     # Per task: kv = Σ_r keys_r sums_rᵀ and mass = Σ_r keys_r sizes_r, summed as the batched
     # product sums them (over r, in order); then each query's q·kv / q·mass. Zero weights are
     # skipped, as in _sparse_key_sums: the keys and queries of the hand-built center update are
@@ -545,6 +570,8 @@ def _cluster_attention(q, keys, sums, sizes, own, out, workers):
         mass = np.empty(e, sums.dtype)
         numerator = np.empty(f, sums.dtype)
         for b in range(worker, B, workers):
+            if skip[b]:
+                continue
             kv[:] = 0
             mass[:] = 0
             for j in range(r):
@@ -569,16 +596,20 @@ def _cluster_attention(q, keys, sums, sizes, own, out, workers):
                     out[b, i, c] = numerator[c] / total if total != 0 else numerator[c] + own[b, i, c]
 
 
-def cluster_attention(q: torch.Tensor, keys: torch.Tensor, sums: torch.Tensor, sizes: torch.Tensor, own: torch.Tensor, out: torch.Tensor) -> None:
+def cluster_attention(
+    q: torch.Tensor, keys: torch.Tensor, sums: torch.Tensor, sizes: torch.Tensor, own: torch.Tensor, out: torch.Tensor, skip: torch.Tensor | None = None
+) -> None:
     """Normalized linear attention of queries ``q`` (B, m, e) over keys that take one of a few
     values, given by cluster: ``keys`` (B, r, e), and the sums ``sums`` (B, r, f) and numbers
     ``sizes`` (B, r) of the values of each cluster's members. ``out[b, i]`` (B, m, f) becomes
     ``q·Σ_r keys_r sums_rᵀ / q·Σ_r keys_r sizes_r``, or ``own[b, i]`` (plus the numerator) where
     no key matches. One pass per task, where PyTorch takes two batched products for the key sums,
-    two for the queries and a division; ``out`` may overlap ``own`` row for row."""
+    two for the queries and a division; ``out`` may overlap ``own`` row for row. Tasks marked
+    in ``skip`` (B,) are left as they are."""
     if out.numel():
         workers = min(q.shape[0], SLOTS_PER_THREAD * numba.get_num_threads())
-        _dealt(_cluster_attention, _array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), workers)
+        skipped = np.zeros(q.shape[0], np.bool_) if skip is None else _array(skip)
+        _dealt(_cluster_attention, _array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), skipped, workers)
 
 
 # --- gathering value rows ---------------------------------------------------------------------

@@ -12,6 +12,8 @@ slot alone keeps them cheap without changing what they compute.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Callable, NamedTuple, Sequence
 
 import torch
@@ -232,14 +234,16 @@ class AttentionHead(nn.Module):
             values = values + out.stay * self.v(queries)
         return values if into is None else into.copy_(values)
 
-    def winners(self, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None) -> kernels.Winners | None:
+    def winners(
+        self, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None, skip: torch.Tensor | None = None
+    ) -> kernels.Winners | None:
         """The CPU arg-max kernel's :class:`~ktframe.kernels.Winners` for projected queries and
         keys, where a query without a clear winner (close rivals, a NaN: the map must decide it)
-        has index −1; ``values`` and ``gather`` as in :func:`ktframe.kernels.argmax_dot`. None
+        has index −1; ``values``, ``gather`` and ``skip`` as in :func:`ktframe.kernels.argmax_dot`. None
         where the kernel does not apply: not an arg-max head of dot-product form, a GPU, autograd."""
         if not (self.fused_argmax and min(*q.shape, k.shape[1]) and kernels.usable(q, k)):
             return None
-        return kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather)
+        return kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather, skip=skip)
 
     def _fused(self, q, k, v):
         a, b = self.score.dot_product_form(self.gamma)
@@ -262,10 +266,12 @@ class AttentionHead(nn.Module):
         # which costs O(n) per query instead of building the (m, n) weight matrix.
         if isinstance(kv, ClusterSums):
             own = self.v(queries)
-            if kernels.usable(q, own, *kv) and (into is None or kernels.usable(into)):
+            if kernels.usable(q, own, kv.keys, kv.sums, kv.sizes) and (into is None or kernels.usable(into)):
                 out = into if into is not None else q.new_empty(*q.shape[:2], kv.sums.shape[-1])
-                kernels.cluster_attention(q, *kv, own, out)
+                kernels.cluster_attention(q, kv.keys, kv.sums, kv.sizes, own, out, kv.skip)
                 return out
+            if kv.skip is not None and bool(kv.skip.any()):
+                raise ValueError("ClusterSums that skip tasks need the cluster-attention kernel")
             kv, mass = kv.totals()
         numerator = torch.bmm(q, kv)
         mass = torch.bmm(q, mass.unsqueeze(-1))
@@ -309,11 +315,14 @@ class ClusterSums(NamedTuple):
     """All that normalized linear attention reads of keys that take one of a few values: those
     values ``keys`` (B, r, e), and by each, the sum ``sums`` (B, r, f) and number ``sizes`` (B, r)
     of the values of the keys equal to it. ``Σᵢ kᵢ vᵢᵀ = Σ_r keys_r sums_rᵀ``: the keys of a hard
-    assignment's points are their clusters' keys, and the arg-max kernel sums by cluster."""
+    assignment's points are their clusters' keys, and the arg-max kernel sums by cluster.
+    ``skip`` (B,) bool, if given: tasks whose sums were not taken, whose queries the attention
+    must leave as they are (converged tasks, see :class:`Layer`)."""
 
     keys: torch.Tensor
     sums: torch.Tensor
     sizes: torch.Tensor
+    skip: torch.Tensor | None = None
 
     def totals(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``Σᵢ kᵢ vᵢᵀ`` (B, e, f) and ``Σᵢ kᵢ`` (B, e)."""
@@ -359,7 +368,15 @@ def add_into(tokens: torch.Tensor, slot: slice, update: torch.Tensor) -> torch.T
 
 class Layer(nn.Module):
     """One Lloyd iteration's worth of attention: the point stream, then the center stream reading
-    the points as this layer left them."""
+    the points as this layer left them.
+
+    ``forward`` can also keep track of the tasks that have converged, in ``settled``, a ``(B,)``
+    bool tensor. A step that leaves a task's streams exactly as they were marks it True (where
+    the layer can tell: a hard assignment by cluster, see :meth:`_assign`; elsewhere every task
+    is marked False). Applied again, the layer (a deterministic function of each task's
+    streams) would leave such a task as it is, so the next step given the same ``settled``
+    skips it: its streams stay as they are, at no cost.
+    """
 
     def __init__(
         self,
@@ -379,12 +396,18 @@ class Layer(nn.Module):
         self.center_norm = center_norm or nn.Identity()
         self.center_ffn = center_ffn
 
-    def forward(self, points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, points: torch.Tensor, centers: torch.Tensor, settled: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         in_place = self._in_place(points, centers)
         p, c = self.point_norm(points), self.center_norm(centers)
         summed = in_place and self.center_cross.linear_attention
         # A hard assignment is made, and the center keys summed, by cluster where it can be.
-        by_cluster = self._assign(points, c) if summed else None
+        skip = settled if settled is not None and bool(settled.any()) else None
+        assigned = self._assign(points, c, skip) if summed else None
+        by_cluster, moved = assigned if assigned is not None else (None, None)
+        if settled is not None:
+            # The point stream changes only where the kernel moved an assignment; the center
+            # stream, a few rows per task, is compared as a whole.
+            before = centers.clone() if moved is not None else None
         center_keys: torch.Tensor | tuple | None = None if by_cluster is None else (by_cluster, None)
         if center_keys is None and summed:
             # The center update's key sums are taken block by block as the point stream is
@@ -404,11 +427,20 @@ class Layer(nn.Module):
         centers = self._update(centers, c, [(self.center_cross, center_keys), (self.center_self, c)], in_place)
         if self.center_ffn is not None:
             centers = add_into(centers, self.center_ffn.slot, self.center_ffn(centers))
+        if settled is not None:
+            if before is None:
+                settled.fill_(False)
+            else:
+                # (A difference of 0 is an equal number; NaN or inf - inf count as a change.)
+                still = (centers - before).flatten(1).abs().amax(1) == 0
+                torch.logical_not(moved, out=settled).logical_and_(still)
         return points, centers
 
-    def _assign(self, points: torch.Tensor, c: torch.Tensor) -> ClusterSums | None:
+    def _assign(self, points: torch.Tensor, c: torch.Tensor, skip: torch.Tensor | None = None) -> tuple[ClusterSums, torch.Tensor] | None:
         """The point update of a hard assignment, in place, and the center update's key sums by
-        cluster, from the winners' index; None (and nothing written) where this does not apply.
+        cluster, from the winners' index, with a ``(B,)`` bool tensor of the tasks in which the
+        update changed a point; None (and nothing written) where this does not apply. Tasks
+        marked in ``skip`` are left as they are.
 
         It applies when the point stream's one writer is an arg-max head whose slot is reset (the
         new assignment replaces the old) and the center update's keys read nothing but that slot
@@ -433,21 +465,23 @@ class Layer(nn.Module):
             return None
         k, v = cross.project(c)
         q, values, slot = cross.q(points), center.v(points), points[..., cross.slot]
-        found = cross.winners(q, k, values, gather=(v, slot))
+        found = cross.winners(q, k, values, gather=(v, slot), skip=skip)
         if found is None:
             return None
-        sums, sizes = found.sums, found.sizes
+        sums, sizes, moved = found.sums, found.sizes, found.moved
         if found.undecided:
             # The map decides the few queries without a clear winner: each is given its weights'
             # mixture of value rows, and counts in each row's sums with its weight there. Only
             # the (query, key) pairs of non-zero weight are spelled out.
-            task, row = (found.index < 0).nonzero().unbind(1)
+            unsettled = found.index < 0 if skip is None else (found.index < 0) & ~skip.unsqueeze(1)
+            task, row = unsettled.nonzero().unbind(1)
             weights = cross.map_rows(q, k, task, row)
             pair, key = weights.nonzero().unbind(1)
             w, t = weights[pair, key].unsqueeze(-1), task[pair]
             slot[task, row] = torch.zeros(len(task), v.shape[-1], dtype=v.dtype).index_add_(0, pair, w * v[t, key])
             sums.index_put_((t, key), w * values[t, row[pair]], accumulate=True)
             sizes.index_put_((t, key), w.squeeze(-1), accumulate=True)
+            moved[task] = True  # rows written here are not compared: counted as moved
         # The key of each value row: the center update's key projection of a point token that
         # holds the row in its slot. Where the rows are the very slot of the key tokens (the
         # index e_j of each center), that is the projection of the key tokens themselves, a
@@ -460,10 +494,10 @@ class Layer(nn.Module):
             and c.shape[-1] == points.shape[-1]
             and not any(s.start <= i < s.stop for s in written for i in center.k.sources)
         ):
-            return ClusterSums(center.k(c), sums, sizes)
+            return ClusterSums(center.k(c), sums, sizes, skip), moved
         tokens = v.new_zeros(*v.shape[:2], points.shape[-1])
         tokens[..., cross.slot] = v
-        return ClusterSums(center.k(tokens), sums, sizes)
+        return ClusterSums(center.k(tokens), sums, sizes, skip), moved
 
     def _in_place(self, *streams: torch.Tensor) -> bool:
         """Without autograd a layer updates its token streams in place."""
@@ -569,17 +603,45 @@ class KMeansTransformer(nn.Module):
     def layer(self, step: int) -> Layer:
         return self.layers[step % len(self.layers)]
 
-    def forward(self, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False) -> ClusteringResult:
+    def forward(self, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False, skip_settled: bool = True) -> ClusteringResult:
+        """Cluster each task of ``X`` (B, n, d) from its initial centers ``C0`` (B, k, d).
+
+        Once a step leaves a task's token streams exactly as they were (Lloyd's iteration has
+        converged), the remaining steps skip it, where its layers can tell (:class:`Layer`) and
+        those steps apply that same layer: each of them would leave the task as it is again, so
+        its result is the same. ``skip_settled=False`` runs every step on every task. The
+        result's ``n_iter`` counts, for each task, the steps up to the first that left it as it was.
+        """
         X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype)
         steps = self.n_layers if n_steps is None else n_steps
         points, centers = self.embedding.points(X, self.k), self.embedding.centers(C0)
         trajectory = [C0]  # copies: without autograd the streams are updated in place
+        n_iter = torch.full((X.shape[0],), steps, dtype=torch.long)
+        settled = torch.zeros(X.shape[0], dtype=torch.bool)
         for step in range(steps):
             if reembed and step > 0:
                 points, centers = self.embedding.points(X, self.k), self.embedding.centers(trajectory[-1])
-            points, centers = self.layer(step)(points, centers)
+            layer = self.layer(step)
+            watch = skip_settled and not reembed and not torch.is_grad_enabled() and _reports_settled(layer)
+            if watch and all(self.layer(later) is layer for later in range(step + 1, steps)):
+                points, centers = layer(points, centers, settled=settled)
+                n_iter[settled & (n_iter == steps)] = step + 1
+            else:
+                settled.fill_(False)  # what another layer leaves as it is, this one may change
+                points, centers = layer(points, centers)
             trajectory.append(self.embedding.read_centers(centers, self.d).clone())
         assignments = self.embedding.read_assignments(points, self.d, self.k)
         if assignments is None:  # tokens without an assignment slot: nearest final center
             assignments = assign(X, trajectory[-1])
-        return ClusteringResult(centers=trajectory[-1], assignments=assignments, trajectory=torch.stack(trajectory, dim=1))
+        return ClusteringResult(centers=trajectory[-1], assignments=assignments, trajectory=torch.stack(trajectory, dim=1), n_iter=n_iter)
+
+
+@functools.cache
+def _takes_settled(forward: Callable) -> bool:
+    return "settled" in inspect.signature(forward).parameters
+
+
+def _reports_settled(layer: nn.Module) -> bool:
+    """Whether a layer's forward takes ``settled`` (see :class:`Layer`): a subclass that
+    overrides it without that argument cannot tell which tasks a step left as they were."""
+    return _takes_settled(type(layer).forward)

@@ -281,3 +281,44 @@ def test_batch_mixing_tie_empty_and_plain_tasks(variant, options):
     want = reference.lloyd(X[1:], C0[1:], 3)
     torch.testing.assert_close(together.trajectory[1:], want.trajectory, atol=1e-12, rtol=0)
     assert torch.equal(together.labels[1:], want.labels)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("variant, options", EXACT_MODELS)
+def test_skipping_converged_tasks_changes_nothing(variant, options, dtype):
+    # A task whose step left its streams as they were is skipped by the remaining steps of the
+    # same (shared) layer: every output must be what running every step on it gives, bit for bit.
+    g = torch.Generator().manual_seed(11)
+    X, _ = mixture(48, 60, 2, 5, generator=g, dtype=dtype)
+    C0 = random_points(X, 5, g)
+    X[0, 7] = X[0, 3]  # a duplicate point
+    C0[1, 1] = C0[1, 0]  # two equal centers: their points tie at every step, and the map decides
+    model = ktframe.build_model(variant, d=2, k=5, n_layers=25, dtype=dtype, **options)
+    with torch.no_grad():
+        skipping, every = model(X, C0), model(X, C0, skip_settled=False)
+    assert torch.equal(skipping.trajectory, every.trajectory)
+    assert torch.equal(skipping.assignments, every.assignments)
+    assert torch.equal(every.n_iter, torch.full((48,), 25))
+    assert_same_run(skipping, reference.lloyd(X, C0, 25), atol=ATOL64 if dtype == torch.float64 else 1e-5)
+    n_iter = skipping.n_iter
+    if options.get("reset") != "identity":  # only the assignment by cluster tells (Layer._assign)
+        assert torch.equal(n_iter, every.n_iter)
+        return
+    # Rows that the map writes are not compared, so the tied task never counts as settled; the
+    # others converge well within 25 steps.
+    assert n_iter[1] == 25 and bool((n_iter[torch.arange(48) != 1] < 25).all()), n_iter
+    for b in range(48):  # from the step that changed nothing on, the centers stay put
+        tail = skipping.trajectory[b, n_iter[b] - 1 :]
+        assert torch.equal(tail, tail[:1].expand_as(tail)), b
+
+
+def test_layers_of_their_own_skip_no_task():
+    # Per-step layers are different functions: a fixed point of one says nothing of the next.
+    g = torch.Generator().manual_seed(12)
+    X, _ = mixture(6, 40, 2, 3, generator=g, dtype=torch.float64)
+    C0 = random_points(X, 3, g)
+    separate = ktframe.build_model("lloyd", d=2, k=3, n_layers=12, dtype=torch.float64, share_weights=False, reset="identity")
+    with torch.no_grad():
+        got, every = separate(X, C0), separate(X, C0, skip_settled=False)
+    assert torch.equal(got.trajectory, every.trajectory)
+    assert torch.equal(got.n_iter, torch.full((6,), 12))

@@ -50,7 +50,7 @@ def test_fitted_attributes() -> None:
     estimator = TransformerKMeans(3, n_layers=7, random_state=1).fit(X)
     assert estimator.cluster_centers_.shape == (3, 2)
     assert estimator.labels_.shape == (len(X),)
-    assert estimator.n_iter_ == 7
+    assert isinstance(estimator.n_iter_, int) and 1 <= estimator.n_iter_ < 7  # converged early
     assert estimator.n_features_in_ == 2
     np.testing.assert_array_equal(estimator.labels_, estimator.predict(X))
     # each center is the mean of its points (the blobs converge within 7 Lloyd steps)
@@ -89,6 +89,18 @@ def test_equals_scikit_learn_lloyd(n_per: int, d: int, k: int, spread: float, n_
     np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-8)
     np.testing.assert_array_equal(ours.labels_, theirs.labels_)
     assert ours.inertia_ == pytest.approx(theirs.inertia_, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_n_iter_counts_the_lloyd_iterations_as_scikit_learn_does(seed: int) -> None:
+    # From the same start, scikit-learn stops once an iteration leaves the labels as they were;
+    # the model stops skipping nothing and counts that iteration too.
+    points, _ = blobs(40, 2, 4, 2.5, seed=seed)
+    C0 = points[:4]
+    ours = TransformerKMeans(4, init=C0, n_layers=30).fit(points)
+    theirs = KMeans(4, algorithm="lloyd", init=C0, n_init=1, max_iter=30, tol=0).fit(points)
+    assert ours.n_iter_ == theirs.n_iter_ < 30
+    np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-12)
 
 
 def test_fewer_layers_stop_early_like_max_iter() -> None:
@@ -228,8 +240,10 @@ def test_many_tasks_in_one_fit_equal_one_fit_per_task() -> None:
     assert batched.cluster_centers_.shape == (5, 3, 3)
     assert batched.labels_.shape == (5, 60)
     assert batched.inertia_.shape == (5,)
+    assert batched.n_iter_.shape == (5,)
     for t, task in enumerate(Xs):
         alone = TransformerKMeans(3, init=starts[t], n_layers=6).fit(task)
+        assert batched.n_iter_[t] == alone.n_iter_
         np.testing.assert_allclose(batched.cluster_centers_[t], alone.cluster_centers_, atol=1e-12, rtol=0)
         np.testing.assert_array_equal(batched.labels_[t], alone.labels_)
         assert batched.inertia_[t] == pytest.approx(alone.inertia_, rel=1e-12)

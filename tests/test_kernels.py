@@ -391,6 +391,10 @@ def test_cluster_attention_equals_linear_attention_over_the_summed_keys(dtype):
     assert kernels.cluster_attention(q, keys, sums, sizes, own, out) is None
     torch.testing.assert_close(tokens[..., :f], want, rtol=4 * torch.finfo(dtype).eps, atol=0)
     assert torch.equal(tokens[..., f:], before[..., f:])
+    # Skipped tasks are left as they are; the others get the same update again.
+    again = before.clone()
+    kernels.cluster_attention(again[..., f : f + e], keys, sums, sizes, again[..., :f], again[..., :f], torch.tensor([False, True, False]))
+    assert torch.equal(again[1], before[1]) and torch.equal(again[[0, 2]], tokens[[0, 2]])
 
 
 def test_usable_only_for_cpu_floats_without_autograd(monkeypatch):
@@ -562,7 +566,7 @@ def test_argmax_dot_equals_the_arg_max_of_its_logits(dtype, B, m, n, d):
     q, k = torch.randn(B, m, d, generator=g, dtype=dtype), torch.randn(B, n, d, generator=g, dtype=dtype)
     k[:, 0] = q[:, 0]  # query 0 sits on key 0 ...
     k[:, -1] = k[:, 0]  # ... which has an exact duplicate: every query nearest to it ties
-    index, undecided, _, _ = kernels.argmax_dot(q, k, 2.0, -1.0)
+    index, undecided = kernels.argmax_dot(q, k, 2.0, -1.0)[:2]
     assert undecided == int((index < 0).sum())
     logits = 2.0 * q @ k.transpose(1, 2) - k.pow(2).sum(-1).unsqueeze(1)
     winners = logits == logits.amax(-1, keepdim=True)
@@ -646,6 +650,32 @@ def test_argmax_dot_sums_and_gathers_by_clear_winner(dtype, B, m, n, d):
         assert torch.equal(out[b, clear[b]], table[b, found.index[b, clear[b]]])
         assert torch.equal(out[b, ~clear[b]], before[b, ~clear[b], 4 + d :])  # left to the caller
     assert torch.equal(tokens[..., : 4 + d], before[..., : 4 + d])  # nothing outside the slot
+    assert torch.equal(found.moved, (tokens != before).flatten(1).any(1)) and bool(found.moved.all())
+    # The same rows again change nothing, except a row whose old value was no longer there.
+    out[0, int(clear[0].nonzero()[0])] += 1
+    again = kernels.argmax_dot(q, k, 2.0, -1.0, values=values, gather=(table, out))
+    assert again.moved.tolist() == [True] + [False] * (B - 1)
+
+
+@pytest.mark.parametrize("B, m, d", [(4, 200, 2), (3, 700, 3), (3, 300, 12)])
+def test_argmax_dot_leaves_skipped_tasks_alone(B, m, d):
+    g = torch.Generator().manual_seed(B * m + d)
+    q, k = torch.randn(B, m, d, generator=g), torch.randn(B, 6, d, generator=g)
+    k[0, -1] = k[0, 0]  # ties in task 0, which is not skipped: its undecided queries count
+    tokens = torch.randn(B, m, d + 6, generator=g)
+    table = torch.randn(B, 6, 6, generator=g)
+    full = tokens.clone()
+    want = kernels.argmax_dot(q, k, 2.0, -1.0, values=full[..., :d], gather=(table, full[..., d:]))
+    skip = torch.zeros(B, dtype=torch.bool)
+    skip[1] = True
+    before = tokens.clone()
+    got = kernels.argmax_dot(q, k, 2.0, -1.0, values=tokens[..., :d], gather=(table, tokens[..., d:]), skip=skip)
+    assert got.undecided == int((want.index[~skip] < 0).sum()) > 0
+    assert torch.equal(got.index[1], torch.full((m,), -1)) and torch.equal(got.index[~skip], want.index[~skip])
+    assert torch.equal(got.sums[1], torch.zeros(6, d)) and torch.equal(got.sizes[1], torch.zeros(6))
+    assert torch.equal(got.sums[~skip], want.sums[~skip]) and torch.equal(got.sizes[~skip], want.sizes[~skip])
+    assert torch.equal(tokens[1], before[1]) and torch.equal(tokens[~skip], full[~skip])
+    assert not bool(got.moved[1]) and torch.equal(got.moved[~skip], want.moved[~skip])
 
 
 @pytest.mark.parametrize("B, m", [(1, 5000), (300, 40)], ids=["one-task-many-tiles", "many-one-tile-tasks"])
