@@ -235,15 +235,21 @@ class AttentionHead(nn.Module):
         return values if into is None else into.copy_(values)
 
     def winners(
-        self, q: torch.Tensor, k: torch.Tensor, values: torch.Tensor | None = None, gather: tuple[torch.Tensor, torch.Tensor] | None = None, skip: torch.Tensor | None = None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        values: torch.Tensor | None = None,
+        gather: tuple[torch.Tensor, torch.Tensor] | None = None,
+        skip: torch.Tensor | None = None,
+        track_moved: bool = False,
     ) -> kernels.Winners | None:
         """The CPU arg-max kernel's :class:`~ktframe.kernels.Winners` for projected queries and
         keys, where a query without a clear winner (close rivals, a NaN: the map must decide it)
-        has index −1; ``values``, ``gather`` and ``skip`` as in :func:`ktframe.kernels.argmax_dot`. None
+        has index −1; the other arguments as in :func:`ktframe.kernels.argmax_dot`. None
         where the kernel does not apply: not an arg-max head of dot-product form, a GPU, autograd."""
         if not (self.fused_argmax and min(*q.shape, k.shape[1]) and kernels.usable(q, k)):
             return None
-        return kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather, skip=skip)
+        return kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather, skip=skip, track_moved=track_moved)
 
     def _fused(self, q, k, v):
         a, b = self.score.dot_product_form(self.gamma)
@@ -402,12 +408,13 @@ class Layer(nn.Module):
         summed = in_place and self.center_cross.linear_attention
         # A hard assignment is made, and the center keys summed, by cluster where it can be.
         skip = settled if settled is not None and bool(settled.any()) else None
-        assigned = self._assign(points, c, skip) if summed else None
+        assigned = self._assign(points, c, skip, track_moved=settled is not None) if summed else None
         by_cluster, moved = assigned if assigned is not None else (None, None)
         if settled is not None:
             # The point stream changes only where the kernel moved an assignment; the center
-            # stream, a few rows per task, is compared as a whole.
-            before = centers.clone() if moved is not None else None
+            # stream, only in the slots its update writes, which are compared as they were.
+            written = self._center_slot()
+            before = centers[..., written].clone() if moved is not None else None
         center_keys: torch.Tensor | tuple | None = None if by_cluster is None else (by_cluster, None)
         if center_keys is None and summed:
             # The center update's key sums are taken block by block as the point stream is
@@ -432,15 +439,21 @@ class Layer(nn.Module):
                 settled.fill_(False)
             else:
                 # (A difference of 0 is an equal number; NaN or inf - inf count as a change.)
-                still = (centers - before).flatten(1).abs().amax(1) == 0
+                still = (centers[..., written] - before).flatten(1).abs().amax(1) == 0
                 torch.logical_not(moved, out=settled).logical_and_(still)
         return points, centers
 
-    def _assign(self, points: torch.Tensor, c: torch.Tensor, skip: torch.Tensor | None = None) -> tuple[ClusterSums, torch.Tensor] | None:
+    def _center_slot(self) -> slice:
+        """The center update's slot, where all its heads (and its FFN) write one; else all."""
+        writers = [self.center_cross, self.center_self] + ([self.center_ffn] if self.center_ffn is not None else [])
+        slots = {(w.slot.start, w.slot.stop, w.slot.step) for w in writers}
+        return slice(*slots.pop()) if len(slots) == 1 else slice(None)
+
+    def _assign(self, points: torch.Tensor, c: torch.Tensor, skip: torch.Tensor | None = None, track_moved: bool = False) -> tuple[ClusterSums, torch.Tensor | None] | None:
         """The point update of a hard assignment, in place, and the center update's key sums by
-        cluster, from the winners' index, with a ``(B,)`` bool tensor of the tasks in which the
-        update changed a point; None (and nothing written) where this does not apply. Tasks
-        marked in ``skip`` are left as they are.
+        cluster, from the winners' index, with (if ``track_moved``) a ``(B,)`` bool tensor of the
+        tasks in which the update changed a point; None (and nothing written) where this does
+        not apply. Tasks marked in ``skip`` are left as they are.
 
         It applies when the point stream's one writer is an arg-max head whose slot is reset (the
         new assignment replaces the old) and the center update's keys read nothing but that slot
@@ -465,7 +478,7 @@ class Layer(nn.Module):
             return None
         k, v = cross.project(c)
         q, values, slot = cross.q(points), center.v(points), points[..., cross.slot]
-        found = cross.winners(q, k, values, gather=(v, slot), skip=skip)
+        found = cross.winners(q, k, values, gather=(v, slot), skip=skip, track_moved=track_moved)
         if found is None:
             return None
         sums, sizes, moved = found.sums, found.sizes, found.moved
@@ -481,7 +494,8 @@ class Layer(nn.Module):
             slot[task, row] = torch.zeros(len(task), v.shape[-1], dtype=v.dtype).index_add_(0, pair, w * v[t, key])
             sums.index_put_((t, key), w * values[t, row[pair]], accumulate=True)
             sizes.index_put_((t, key), w.squeeze(-1), accumulate=True)
-            moved[task] = True  # rows written here are not compared: counted as moved
+            if moved is not None:
+                moved[task] = True  # rows written here are not compared: counted as moved
         # The key of each value row: the center update's key projection of a point token that
         # holds the row in its slot. Where the rows are the very slot of the key tokens (the
         # index e_j of each center), that is the projection of the key tokens themselves, a
