@@ -14,6 +14,8 @@
 - :func:`cluster_attention`: normalized linear attention over keys summed by cluster (what the
   arg-max kernel's sums give the center update), written straight into a slot of the stream.
 - :func:`gather_rows`: value rows picked by index, written straight into a slot of the stream.
+- :func:`tasks_changed`: which tasks' rows differ between two copies, in one pass (PyTorch takes
+  a compare, a reduction and their temporaries).
 
 On finite inputs they compute what their PyTorch counterparts compute (sums in another order).
 They run on CPU tensors of float32 or float64 that need no gradient; :func:`usable` says when,
@@ -112,6 +114,8 @@ def _slack(squares, reach, bounds):
     # Each rounding of a logit is within (d + 3) u (‖a q‖ ‖k‖ + |b| ‖k‖²) of its exact value
     # (u: the unit roundoff; Σ |a q_c k_c| ≤ ‖a q‖ ‖k‖), and a comparison of two logits under two
     # roundings meets four such errors. The same sum bounds every partial sum of a logit.
+    # bounds is a tuple, not an array: a tuple's entries cannot change under the stores of a loop
+    # over queries, so they stay in registers.
     size = np.sqrt(squares) * reach + bounds[1] * reach * reach
     return bounds[0] * size if size < bounds[2] else np.inf
 
@@ -135,6 +139,7 @@ def _decide(logits, rows, squares, reach, bounds, best, margin, hits, columns):
             best[i] = x if x > best[i] else best[i]  # a select, which vectorises where max() does not
     for i in range(rows):
         margin[i] = _slack(squares[i], reach, bounds)
+    for i in range(rows):
         best[i] -= margin[i]
     for j in range(n):
         for i in range(rows):
@@ -393,6 +398,13 @@ class Winners(NamedTuple):
     moved: torch.Tensor | None = None
 
 
+@functools.cache
+def _limits(dtype: np.dtype) -> tuple[float, float]:
+    """The machine epsilon and largest number of a float type (np.finfo, which takes a while)."""
+    info = np.finfo(dtype)
+    return float(info.eps), float(info.max)
+
+
 def argmax_dot(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -430,9 +442,10 @@ def argmax_dot(
     dtype = keys.dtype
     # eps = 2u; no partial sum of a logit overflows where its bound stays below a quarter of
     # the largest float.
-    bounds = np.array([2 * (d + 3) * np.finfo(dtype).eps, abs(b), float(np.finfo(dtype).max) / 4])
+    eps, top = _limits(dtype)
+    bounds = (2 * (d + 3) * eps, abs(float(b)), top / 4)
     # Near ties of float32 logits are settled in float64 (_exact_winner); float64 ones go to the caller.
-    exact = np.array([a, b, 2 * (d + 3) * np.finfo(np.float64).eps, dtype == np.float32], dtype=np.float64)
+    exact = (float(a), float(b), 2 * (d + 3) * _limits(np.dtype(np.float64))[0], dtype == np.float32)
     direct = d <= DIRECT_MAX_WIDTH
     tile = DIRECT_TILE if direct else GEMM_TILE
     chunks = -(-m // tile)
@@ -647,3 +660,26 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> 
     target, target_strides = _flat(out)
     _gather_rows(values, value_strides, _array(index), target, target_strides, B, m, e)
 
+
+
+# --- which tasks changed ----------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _tasks_changed(a, b, changed):
+    for t in range(a.shape[0]):
+        for i in range(a.shape[1]):
+            for c in range(a.shape[2]):
+                if not a[t, i, c] == b[t, i, c]:  # a NaN is a change
+                    changed[t] = True
+                    break
+            if changed[t]:
+                break
+
+
+def tasks_changed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """For two ``(B, m, e)`` tensors of the same shape: ``(B,)``, whether any number of task b
+    differs between them (a NaN counts as a change), each task read only up to its first change."""
+    changed = torch.zeros(a.shape[0], dtype=torch.bool)
+    _tasks_changed(_array(a), _array(b), changed.numpy())
+    return changed

@@ -438,9 +438,7 @@ class Layer(nn.Module):
             if before is None:
                 settled.fill_(False)
             else:
-                # (A difference of 0 is an equal number; NaN or inf - inf count as a change.)
-                still = (centers[..., written] - before).flatten(1).abs().amax(1) == 0
-                torch.logical_not(moved, out=settled).logical_and_(still)
+                torch.logical_not(moved.logical_or_(kernels.tasks_changed(centers[..., written], before)), out=settled)
         return points, centers
 
     def _center_slot(self) -> slice:

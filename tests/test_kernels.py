@@ -696,3 +696,18 @@ def test_argmax_dot_refuses_an_out_with_strided_coordinates():
     q, k = torch.randn(1, 5, 3), torch.randn(1, 4, 3)
     with pytest.raises(ValueError, match="contiguous"):
         kernels.argmax_dot(q, k, 2.0, -1.0, gather=(torch.randn(1, 4, 2), torch.randn(1, 2, 5).transpose(1, 2)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_tasks_changed_marks_the_tasks_with_any_other_number(dtype):
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(6, 5, 4, generator=g, dtype=dtype)
+    b = a.clone()
+    b[1, 4, 3] += 1  # the last number of a task
+    b[2, 0, 0] = -b[2, 0, 0]
+    a[3, 2, 1] = b[3, 2, 1] = float("nan")  # NaN equals nothing, itself included
+    a[4, 1, 1], b[4, 1, 1] = 0.0, -0.0  # equal numbers
+    view = torch.randn(6, 5, 9, generator=g, dtype=dtype)[..., 2:6]  # strided rows
+    view.copy_(b)
+    assert kernels.tasks_changed(a, view).tolist() == [False, True, True, True, False, False]
+    assert kernels.tasks_changed(a, a.clone()).tolist() == [False, False, False, True, False, False]
