@@ -212,14 +212,14 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
         if width:
             source = u(b) * table_strides[0] + u(j) * table_strides[1]
             target = u(b) * out_strides[0] + u(i) * out_strides[1]
-            if moved.shape[0]:
+            if moved.shape[0] and not moved[b]:  # once a task has moved, a plain copy will do
                 changed = False
                 for c in range(width):
                     changed |= out[target + c] != table[source + c]
                     out[target + c] = table[source + c]
                 if changed:
                     moved[b] = True
-            else:  # no one asked: a plain copy, about 8 % faster in all
+            else:
                 for c in range(width):
                     out[target + c] = table[source + c]
     return undecided
