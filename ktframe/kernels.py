@@ -34,6 +34,7 @@ import torch
 from numba import njit, prange
 
 OFF_ENV = "KTFRAME_NO_KERNELS"
+_KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
 def usable(*tensors: torch.Tensor) -> bool:
@@ -41,7 +42,10 @@ def usable(*tensors: torch.Tensor) -> bool:
     if os.environ.get(OFF_ENV, "") not in ("", "0"):
         return False
     grad = torch.is_grad_enabled()
-    return all(t.device.type == "cpu" and t.dtype in (torch.float32, torch.float64) and not (grad and t.requires_grad) for t in tensors)
+    for t in tensors:  # a loop, not all(...) over a generator: this runs several times per layer
+        if t.device.type != "cpu" or t.dtype not in _KERNEL_DTYPES or (grad and t.requires_grad):
+            return False
+    return True
 
 
 def _array(t: torch.Tensor) -> np.ndarray:

@@ -630,12 +630,12 @@ class KMeansTransformer(nn.Module):
         trajectory = [C0]  # copies: without autograd the streams are updated in place
         n_iter = torch.full((X.shape[0],), steps, dtype=torch.long)
         settled = torch.zeros(X.shape[0], dtype=torch.bool)
-        for step in range(steps):
+        layers = [self.layer(step) for step in range(steps)]
+        for step, layer in enumerate(layers):
             if reembed and step > 0:
                 points, centers = self.embedding.points(X, self.k), self.embedding.centers(trajectory[-1])
-            layer = self.layer(step)
             watch = skip_settled and not reembed and not torch.is_grad_enabled() and _reports_settled(layer)
-            if watch and all(self.layer(later) is layer for later in range(step + 1, steps)):
+            if watch and all(later is layer for later in layers[step + 1 :]):
                 points, centers = layer(points, centers, settled=settled)
                 n_iter[settled & (n_iter == steps)] = step + 1
             else:
