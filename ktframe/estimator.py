@@ -43,14 +43,15 @@ class TransformerKMeans:
 
     Attributes after ``fit``: ``cluster_centers_ (k, d)``, ``labels_ (n,)``, ``inertia_``,
     ``n_iter_`` (layers applied: as in scikit-learn, fewer than ``n_layers`` once a layer leaves
-    the assignments, and so the centers, as they were), ``n_features_in_``. Arrays come back as numpy arrays, or as
-    tensors when ``fit`` was given a tensor.
+    the assignments, and so the centers, as they were), ``n_features_in_``. Arrays come back as
+    numpy arrays, or as tensors when ``fit`` was given a tensor.
 
     Many independent tasks at once: ``fit`` also takes ``X`` of shape ``(n_tasks, n_samples,
     n_features)`` and clusters every task separately in one batched pass; the attributes then
     gain a leading task axis (``cluster_centers_ (n_tasks, k, d)``, ``labels_ (n_tasks, n)``,
-    ``inertia_ (n_tasks,)``, ``n_iter_ (n_tasks,)``), an ``init`` array has shape ``(n_tasks, k, d)``, and ``predict``,
-    ``transform`` and ``score`` take ``(n_tasks, m, n_features)``.
+    ``inertia_ (n_tasks,)``, ``n_iter_ (n_tasks,)``), an ``init`` array has shape
+    ``(n_tasks, k, d)``, and ``predict``, ``transform`` and ``score`` take
+    ``(n_tasks, m, n_features)``.
     """
 
     def __init__(

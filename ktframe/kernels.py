@@ -188,10 +188,10 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
     # What follows for the queries lo, ..., lo + rows - 1 of task b: index[b, i] is the key that
     # query i wins outright, or −1 (no clear winner). For a winner j: the query's value row is
     # added to segment j of partial sums number `part`, and row j of the table is copied to the
-    # query's row of out, and moved[b] set if that changes the row (if moved has rows). Rows are flat
-    # unit-stride runs (see _flat), located in unsigned arithmetic, which spares every access a
-    # test for a negative index; empty sums or out arrays ask for neither. Returns the number of
-    # queries without a clear winner.
+    # query's row of out, with moved[b] set if that changed the row (where moved has rows).
+    # Rows are flat unit-stride runs (see _flat), located in unsigned arithmetic, which spares
+    # every access a test for a negative index; empty sums or out arrays ask for neither.
+    # Returns the number of queries without a clear winner.
     values, value_strides, sums, sizes = tally
     table, table_strides, out, out_strides, moved = write
     u = np.uint64
@@ -665,7 +665,6 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> 
     _gather_rows(values, value_strides, _array(index), target, target_strides, B, m, e)
 
 
-
 # --- which tasks changed ----------------------------------------------------------------------
 
 
@@ -682,8 +681,8 @@ def _tasks_changed(a, b, changed):
 
 
 def tasks_changed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """For two ``(B, m, e)`` tensors of the same shape: ``(B,)``, whether any number of task b
-    differs between them (a NaN counts as a change), each task read only up to its first change."""
+    """For two CPU tensors ``(B, m, e)`` of the same shape: ``(B,)``, for each task whether any
+    of its numbers differs between them (a NaN counts as a change), read up to its first change."""
     changed = torch.zeros(a.shape[0], dtype=torch.bool)
     _tasks_changed(_array(a), _array(b), changed.numpy())
     return changed
