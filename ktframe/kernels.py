@@ -366,6 +366,11 @@ DIRECT_TILE = GEMM_TILE = 256
 SLOTS_PER_THREAD = 16
 
 
+def _skipped(skip: torch.Tensor | None, B: int) -> np.ndarray:
+    """A kernel's (B,) mask of the tasks it leaves out: none if not given."""
+    return np.zeros(B, np.bool_) if skip is None else _array(skip)
+
+
 def _dealt(kernel, *args):
     """``kernel(*args)`` with its parallel loop's slots handed to threads as they come free:
     numba deals a loop's iterations out in equal static blocks by default; with chunk size 1
@@ -466,7 +471,8 @@ def argmax_dot(
     nothing = (np.zeros(1, dtype), np.zeros(2, np.uint64))  # stands in for rows that are never read
     tally = (*(_flat(values) if f else nothing), sums, sizes)
     # (table, its strides, out, its strides and width, moved by task); width 0: nothing written.
-    moved = torch.zeros(B if gather is not None and track_moved else 0, dtype=torch.bool)
+    tracking = gather is not None and track_moved
+    moved = torch.zeros(B if tracking else 0, dtype=torch.bool)
     write = (*nothing, np.zeros(1, dtype), np.zeros(3, np.uint64), moved.numpy())
     if gather is not None and gather[1].numel():
         table, out = gather
@@ -475,8 +481,7 @@ def argmax_dot(
         target, strides = _flat(out)
         write = (*_flat(table), target, np.array([*strides, out.shape[-1]], dtype=np.uint64), moved.numpy())
     a, b = dtype.type(a), dtype.type(b)
-    skipped = np.zeros(B, np.bool_) if skip is None else _array(skip)
-    work = (index.numpy(), skipped, tile, slots, tally, write)
+    work = (index.numpy(), _skipped(skip, B), tile, slots, tally, write)
     if direct:
         undecided = _dealt(_argmax_direct, _array(q), keys, a, b, bounds, exact, *work)
     else:
@@ -484,7 +489,7 @@ def argmax_dot(
         keys_t = np.concatenate([keys, bias[..., None]], axis=-1).transpose(0, 2, 1).copy()
         with _blas_controller().limit(limits=1, user_api="blas"):
             undecided = _dealt(_argmax_gemm, *_flat(q), B, m, d, keys_t, a, reach, bounds, exact, *work)
-    moved = moved if gather is not None and track_moved else None
+    moved = moved if tracking else None
     if values is None:
         return Winners(index, int(undecided), moved=moved)
     sums, sizes = sums.reshape(parts, B, n, f), sizes.reshape(parts, B, n)
@@ -627,8 +632,7 @@ def cluster_attention(
     in ``skip`` (B,) are left as they are."""
     if out.numel():
         workers = min(q.shape[0], SLOTS_PER_THREAD * numba.get_num_threads())
-        skipped = np.zeros(q.shape[0], np.bool_) if skip is None else _array(skip)
-        _dealt(_cluster_attention, _array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), skipped, workers)
+        _dealt(_cluster_attention, _array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), _skipped(skip, q.shape[0]), workers)
 
 
 # --- gathering value rows ---------------------------------------------------------------------
