@@ -94,7 +94,7 @@ def test_equals_scikit_learn_lloyd(n_per: int, d: int, k: int, spread: float, n_
 @pytest.mark.parametrize("seed", range(4))
 def test_n_iter_counts_the_lloyd_iterations_as_scikit_learn_does(seed: int) -> None:
     # From the same start, scikit-learn stops once an iteration leaves the labels as they were;
-    # the model stops skipping nothing and counts that iteration too.
+    # the model stops at the same layer, and counts it as scikit-learn counts that iteration.
     points, _ = blobs(40, 2, 4, 2.5, seed=seed)
     C0 = points[:4]
     ours = TransformerKMeans(4, init=C0, n_layers=30).fit(points)
