@@ -7,8 +7,8 @@ carry the center and its index.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from ktframe import malloc
 from ktframe.hookspecs import Register, hookimpl
 
 
@@ -43,6 +43,16 @@ class Embedding:
         return f"{type(self).__name__}()"
 
 
+def data_tokens(X: torch.Tensor, width: int) -> torch.Tensor:
+    """Tokens ``(B, n, width)`` that hold ``X`` (B, n, d) in their first d coordinates and zeros
+    after: new memory, which the model may update in place. On CPU a large stream takes fresh
+    pages (:func:`ktframe.malloc.zeros`), whose zeros cost no pass over it."""
+    B, n, d = X.shape
+    tokens = malloc.zeros((B, n, width), X.dtype) if X.device.type == "cpu" else X.new_zeros(B, n, width)
+    tokens[..., :d] = X
+    return tokens
+
+
 def index_tokens(B: int, k: int, like: torch.Tensor) -> torch.Tensor:
     """The one-hot index ``e_j`` of every center, ``(B, k, k)``."""
     return torch.eye(k, dtype=like.dtype, device=like.device).expand(B, k, k)
@@ -57,7 +67,7 @@ class OneHot(Embedding):
         return d + k
 
     def points(self, X, k):
-        return F.pad(X, (0, k))
+        return data_tokens(X, X.shape[-1] + k)
 
     def centers(self, C):
         B, k, _ = C.shape
@@ -77,7 +87,7 @@ class NoIndex(Embedding):
 
     # Copies, since the model may update its token streams in place.
     def points(self, X, k):
-        return X.clone()
+        return data_tokens(X, X.shape[-1])
 
     def centers(self, C):
         return C.clone()

@@ -12,10 +12,9 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from ktframe import hookimpl, reference
-from ktframe.components.embeddings import Embedding, index_tokens
+from ktframe.components.embeddings import Embedding, data_tokens, index_tokens
 from ktframe.construction import coords, fixed_head
 from ktframe.model import FeedForward, KMeansTransformer, Layer, Linear, Select
 from ktframe.pluginmanager import registry
@@ -31,8 +30,11 @@ class SquaredNormEmbedding(Embedding):
         return d + 2 + k
 
     def points(self, X, k):
-        extra = torch.stack([X.square().sum(-1), torch.ones_like(X[..., 0])], dim=-1)
-        return F.pad(torch.cat([X, extra], dim=-1), (0, k))
+        d = X.shape[-1]
+        tokens = data_tokens(X, d + 2 + k)
+        tokens[..., d] = X.square().sum(-1)
+        tokens[..., d + 1] = 1
+        return tokens
 
     def centers(self, C):
         B, k, _ = C.shape
