@@ -57,8 +57,8 @@ def _array(t: torch.Tensor) -> np.ndarray:
 
 @njit(fastmath={"nnan", "nsz"}, cache=True, nogil=True)
 def _row_max(row):
-    # The maximum of numbers is the same in any order; these flags let LLVM vectorise the
-    # reduction. NaNs are caught by the caller's count pass.
+    # The maximum of numbers is the same in any order, which these flags allow; NaNs are caught
+    # by the caller's count pass.
     best = row[0]
     for j in range(1, row.shape[0]):
         best = max(best, row[j])
@@ -66,10 +66,9 @@ def _row_max(row):
 
 
 @njit(cache=True, nogil=True)
-def _maxima(row, slack):
-    # (sum of the columns of the entries within `slack` of the maximum, their number; a row
-    # holding a NaN: count 0). With slack 0: the maximal entries.
-    floor = _row_max(row) - slack
+def _maxima(row):
+    # (sum of the columns of the maximal entries, their number; a row holding a NaN: count 0).
+    floor = _row_max(row)
     hits = 0
     columns = 0
     nans = 0
@@ -84,7 +83,7 @@ def _maxima(row, slack):
 @njit(parallel=True, cache=True, nogil=True)
 def _argmax_rows(logits, index, count):
     for r in prange(logits.shape[0]):
-        index[r], count[r] = _maxima(logits[r], 0.0)
+        index[r], count[r] = _maxima(logits[r])
 
 
 def argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,15 +96,6 @@ def argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     count = torch.empty(flat.shape[0], dtype=torch.int64)
     _argmax_rows(_array(flat), index.numpy(), count.numpy())
     return count.view(logits.shape[:-1]), index.view(logits.shape[:-1])
-
-
-@njit(fastmath={"reassoc"}, cache=True, nogil=True)
-def _sum_squares(x):
-    # For a bound: any order of summation will do, and this flag lets LLVM vectorise it.
-    total = 0.0
-    for c in range(x.shape[0]):
-        total += np.float64(x[c]) * np.float64(x[c])
-    return total
 
 
 # The helpers that take shared arrays are inlined: a call (or a view) counts references to
@@ -125,7 +115,7 @@ def _slack(squares, reach, bounds):
 
 
 @njit(inline="always", cache=True, nogil=True)
-def _decide(logits, rows, squares, reach, bounds, best, margin, hits, columns):
+def _decide(logits, rows, squares, reach, bounds, floor, spare, margin, hits, columns):
     # For the key-major logits (n, ≥ rows) of a tile's queries: margin[i], query i's _slack;
     # hits[i], the number of keys within it of the query's maximum (0 where it is inf: only
     # then can a logit be NaN, since a NaN comes from an input that is not finite or from an
@@ -133,25 +123,29 @@ def _decide(logits, rows, squares, reach, bounds, best, margin, hits, columns):
     # queries, so it vectorises (a reduction over one query's keys would need fast-math).
     # The counts are int32, as wide as a float32 logit: one vector of compares fills one of
     # counts. (A column sum may wrap with thousands of keys, but it is read only with one hit.)
+    # Every step stores each entry unconditionally: LLVM compiles "best[i] = x if x > best[i]
+    # else best[i]" to a masked store, which AMD CPUs run microcoded, some ten times slower than
+    # the plain stores here. So the running maximum goes back and forth between floor and spare.
     n = logits.shape[0]
+    best, other = floor, spare
     for i in range(rows):
         best[i] = logits[0, i]
-        hits[i] = columns[i] = 0
     for j in range(1, n):
         for i in range(rows):
-            x = logits[j, i]
-            best[i] = x if x > best[i] else best[i]  # a select, which vectorises where max() does not
+            x, y = logits[j, i], best[i]
+            other[i] = x if x > y else y
+        best, other = other, best
     for i in range(rows):
         margin[i] = _slack(squares[i], reach, bounds)
+    for i in range(rows):  # a NaN floor, which no key reaches, where the margin is inf
+        floor[i] = best[i] - margin[i] if margin[i] < np.inf else np.nan
     for i in range(rows):
-        best[i] -= margin[i]
+        hits[i] = columns[i] = 0
     for j in range(n):
         for i in range(rows):
-            hit = logits[j, i] >= best[i]
+            hit = logits[j, i] >= floor[i]
             hits[i] += np.int32(hit)
             columns[i] += np.int32(j) if hit else np.int32(0)
-    for i in range(rows):
-        hits[i] = hits[i] if margin[i] < np.inf else 0
 
 
 @njit(cache=True, nogil=True)
@@ -188,7 +182,9 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
     # What follows for the queries lo, ..., lo + rows - 1 of task b: index[b, i] is the key that
     # query i wins outright, or −1 (no clear winner). For a winner j: the query's value row is
     # added to segment j of partial sums number `part`, and row j of the table is copied to the
-    # query's row of out, with moved[b] set if that changed the row (where moved has rows).
+    # query's row of out where it differs, with moved[b] set then (where moved has rows). The
+    # table and out come as their bits (unsigned integers): a copy of bits, compared bit for bit.
+    # Comparing first writes only the rows that change, which is most of the time none.
     # Rows are flat unit-stride runs (see _flat), located in unsigned arithmetic, which spares
     # every access a test for a negative index; empty sums or out arrays ask for neither.
     # Returns the number of queries without a clear winner.
@@ -216,16 +212,14 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
         if width:
             source = u(b) * table_strides[0] + u(j) * table_strides[1]
             target = u(b) * out_strides[0] + u(i) * out_strides[1]
-            if moved.shape[0] and not moved[b]:  # once a task has moved, a plain copy will do
-                changed = False
+            same = True
+            for c in range(width):
+                same &= out[target + c] == table[source + c]
+            if not same:
                 for c in range(width):
-                    changed |= out[target + c] != table[source + c]
                     out[target + c] = table[source + c]
-                if changed:
+                if moved.shape[0]:
                     moved[b] = True
-            else:
-                for c in range(width):
-                    out[target + c] = table[source + c]
     return undecided
 
 
@@ -257,7 +251,8 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
         task = -1
         scaled = np.empty((d, chunk), q.dtype)  # a tile's queries times a, coordinate-major
         logits = np.empty((n, chunk), q.dtype)
-        best = np.empty(chunk, q.dtype)
+        floor = np.empty(chunk, q.dtype)
+        spare = np.empty(chunk, q.dtype)
         squares = np.empty(chunk)
         margin = np.empty(chunk)
         hits = np.empty(chunk, np.int32)
@@ -282,7 +277,7 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
                     w = keys[b, j, c]
                     for i in range(rows):
                         logits[j, i] += scaled[c, i] * w
-            _decide(logits, rows, squares, reach, bounds, best, margin, hits, columns)
+            _decide(logits, rows, squares, reach, bounds, floor, spare, margin, hits, columns)
             for i in range(rows):
                 if exact[3] and hits[i] > 1 and margin[i] < np.inf:
                     columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
@@ -292,40 +287,47 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _argmax_gemm(q, q_strides, B, m, d, keys_t, a, reach, bounds, exact, index, skip, chunk, workers, tally, write):
+def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, skip, chunk, workers, tally, write):
     # A tile of `chunk` queries against all keys per step, through a BLAS product (np.dot), and
     # reduced while it is in cache: the logits of a whole block, as PyTorch would build them, go
-    # out to memory and back. keys_t (B, d + 1, n) holds the bias as its last row, which the
-    # product adds against a last coordinate 1 of the tile. The queries come as flat unit-stride
-    # rows (see _flat); tiles are dealt to workers as in _argmax_direct.
-    n = keys_t.shape[2]
+    # out to memory and back. keys (B, n, d + 1) hold the bias as their last coordinate, which
+    # the product adds against a last coordinate 1 of the tile. The logits come key-major, for
+    # _decide, from a coordinate-major tile. The queries come as flat unit-stride rows (see
+    # _flat); tiles are dealt to workers as in _argmax_direct.
+    n = keys.shape[1]
     chunks = (m + chunk - 1) // chunk
     parts = tally[3].shape[0] // max(1, B * n)
     undecided = np.zeros(workers, np.int64)
     u = np.uint64
     for worker in prange(workers):
         part = worker if parts > 1 else 0
-        tile = np.empty((chunk, d + 1), q.dtype)  # scaled and contiguous, as BLAS wants it
-        hits = np.empty(chunk, np.int64)
-        columns = np.empty(chunk, np.int64)
+        whole = np.empty((d + 1, chunk), q.dtype)  # a tile of queries times a, as BLAS wants it
+        squares = np.empty(chunk)
+        floor = np.empty(chunk, q.dtype)
+        spare = np.empty(chunk, q.dtype)
+        margin = np.empty(chunk)
+        hits = np.empty(chunk, np.int32)
+        columns = np.empty(chunk, np.int32)
         for t in range(worker, B * chunks, workers):
             b, lo, rows = _tile(t, chunks, chunk, m)
             if skip[b]:
                 continue
+            tile = whole if rows == chunk else np.empty((d + 1, rows), q.dtype)
             for i in range(rows):
                 start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
+                total = 0.0
                 for c in range(u(d)):
-                    tile[i, c] = a * q[start + c]
-                tile[i, d] = 1
-            # Row-major logits (a product into key-major ones would want a transposed tile,
-            # whose copy costs more), each row reduced on its own.
-            logits = np.dot(tile[:rows], keys_t[b])
+                    x = a * q[start + c]
+                    tile[c, i] = x
+                    total += np.float64(x) * np.float64(x)
+                squares[i] = total
+                tile[d, i] = 1
+            logits = np.dot(keys[b], tile)
+            _decide(logits, rows, squares, reach[b], bounds, floor, spare, margin, hits, columns)
             for i in range(rows):
-                slack = _slack(_sum_squares(tile[i, :d]), reach[b], bounds)
-                columns[i], hits[i] = _maxima(logits[i], slack)
-                if exact[3] and hits[i] > 1 and slack < np.inf:
+                if exact[3] and hits[i] > 1 and margin[i] < np.inf:
                     start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
-                    columns[i] = _exact_winner(q[start : start + u(d)], keys_t[b], exact)
+                    columns[i] = _exact_winner(q[start : start + u(d)], keys[b].T, exact)
                     hits[i] = 1 if columns[i] >= 0 else hits[i]
             undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, part)
     return undecided.sum()
@@ -397,8 +399,8 @@ class Winners(NamedTuple):
     or −1 where it has no clear winner (close rivals, a NaN), and how many such queries there
     are; if it was given values ``(B, m, f)``, the sums ``(B, n, f)`` and numbers ``(B, n)``
     of the value rows of the queries that each key wins; and if it was asked to track them while
-    it gathers rows, ``moved`` ``(B,)``: whether any row it wrote into a task's ``out`` differed
-    from the row there."""
+    it gathers rows, ``moved`` ``(B,)``: whether any row it gathered into a task's ``out`` differed
+    from the row there, in any bit."""
 
     index: torch.Tensor
     undecided: int
@@ -470,25 +472,29 @@ def argmax_dot(
     sizes = np.zeros(parts * B * n, dtype=dtype)
     nothing = (np.zeros(1, dtype), np.zeros(2, np.uint64))  # stands in for rows that are never read
     tally = (*(_flat(values) if f else nothing), sums, sizes)
-    # (table, its strides, out, its strides and width, moved by task); width 0: nothing written.
+    # (table, its strides, out, its strides and width, moved by task), as bits; width 0: nothing
+    # written.
     tracking = gather is not None and track_moved
     moved = torch.zeros(B if tracking else 0, dtype=torch.bool)
-    write = (*nothing, np.zeros(1, dtype), np.zeros(3, np.uint64), moved.numpy())
+    bits = np.dtype(f"u{dtype.itemsize}")
+    write = (nothing[0].view(bits), nothing[1], np.zeros(1, bits), np.zeros(3, np.uint64), moved.numpy())
     if gather is not None and gather[1].numel():
         table, out = gather
         if out.stride(-1) != 1 and out.shape[-1] > 1:
             raise ValueError("argmax_dot writes rows whose coordinates are contiguous")
-        target, strides = _flat(out)
-        write = (*_flat(table), target, np.array([*strides, out.shape[-1]], dtype=np.uint64), moved.numpy())
+        if table.dtype != out.dtype or table.dtype != k.dtype:
+            raise ValueError(f"argmax_dot gathers rows of the keys' dtype {k.dtype}, got {table.dtype} into {out.dtype}")
+        (rows, row_strides), (target, strides) = _flat(table), _flat(out)
+        write = (rows.view(bits), row_strides, target.view(bits), np.array([*strides, out.shape[-1]], dtype=np.uint64), moved.numpy())
     a, b = dtype.type(a), dtype.type(b)
     work = (index.numpy(), _skipped(skip, B), tile, slots, tally, write)
     if direct:
         undecided = _dealt(_argmax_direct, _array(q), keys, a, b, bounds, exact, *work)
     else:
         bias, reach = _key_terms(keys, b)
-        keys_t = np.concatenate([keys, bias[..., None]], axis=-1).transpose(0, 2, 1).copy()
+        keys = np.concatenate([keys, bias[..., None]], axis=-1)
         with _blas_controller().limit(limits=1, user_api="blas"):
-            undecided = _dealt(_argmax_gemm, *_flat(q), B, m, d, keys_t, a, reach, bounds, exact, *work)
+            undecided = _dealt(_argmax_gemm, *_flat(q), B, m, d, keys, a, reach, bounds, exact, *work)
     moved = moved if tracking else None
     if values is None:
         return Winners(index, int(undecided), moved=moved)

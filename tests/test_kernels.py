@@ -692,6 +692,29 @@ def test_argmax_dot_sums_do_not_depend_on_which_thread_ran_a_tile(B, m):
         assert torch.equal(again.sums, first.sums) and torch.equal(again.sizes, first.sizes)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [2, 12])
+def test_argmax_dot_gathers_bits_and_moves_a_task_only_where_a_bit_changes(dtype, d):
+    # A gathered row is compared with the row it replaces bit for bit: -0.0 in place of +0.0 is
+    # a change, and a NaN where the table holds the very same NaN is none.
+    q, k = torch.zeros(2, 1, d, dtype=dtype), torch.zeros(2, 2, d, dtype=dtype)
+    q[..., 0], k[:, 0, 0], k[:, 1, 0] = 1.0, 1.0, -1.0  # every query's winner is key 0
+    table = torch.tensor([[0.0, 1.0], [5.0, 6.0]], dtype=dtype).expand(2, 2, 2).clone()
+    table[1, 0, 1] = float("nan")
+    out = torch.stack([torch.tensor([[-0.0, 1.0]], dtype=dtype), table[1, :1].clone()])
+    found = kernels.argmax_dot(q, k, 2.0, -1.0, gather=(table, out), track_moved=True)
+    assert found.index.tolist() == [[0], [0]]
+    assert found.moved.tolist() == [True, False]
+    bits = torch.int64 if dtype == torch.float64 else torch.int32
+    assert torch.equal(out.view(bits), table[:, :1].view(bits))  # +0.0 now, and the same NaN
+
+
+def test_argmax_dot_refuses_to_gather_rows_of_another_dtype():
+    q, k = torch.randn(1, 5, 3), torch.randn(1, 4, 3)
+    with pytest.raises(ValueError, match="dtype"):
+        kernels.argmax_dot(q, k, 2.0, -1.0, gather=(torch.randn(1, 4, 2, dtype=torch.float64), torch.randn(1, 5, 2)))
+
+
 def test_argmax_dot_refuses_an_out_with_strided_coordinates():
     q, k = torch.randn(1, 5, 3), torch.randn(1, 4, 3)
     with pytest.raises(ValueError, match="contiguous"):
