@@ -363,25 +363,11 @@ def _key_terms(keys, b):
 DIRECT_MAX_WIDTH = 8
 # Queries per tile: 256 × n logits stay in a core's cache for n in the hundreds.
 DIRECT_TILE = GEMM_TILE = 256
-# Slots per thread for many small tasks (argmax_dot, cluster_attention): enough that a thread
-# held up by the OS costs the others a few slots' work, not half the call.
-SLOTS_PER_THREAD = 16
 
 
 def _skipped(skip: torch.Tensor | None, B: int) -> np.ndarray:
     """A kernel's (B,) mask of the tasks it leaves out: none if not given."""
     return np.zeros(B, np.bool_) if skip is None else _array(skip)
-
-
-def _dealt(kernel, *args):
-    """``kernel(*args)`` with its parallel loop's slots handed to threads as they come free:
-    numba deals a loop's iterations out in equal static blocks by default; with chunk size 1
-    each thread takes the next slot when it is done with its last."""
-    previous = numba.set_parallel_chunksize(1)
-    try:
-        return kernel(*args)
-    finally:
-        numba.set_parallel_chunksize(previous)
 
 
 @functools.cache
@@ -460,12 +446,10 @@ def argmax_dot(
     direct = d <= DIRECT_MAX_WIDTH
     tile = DIRECT_TILE if direct else GEMM_TILE
     chunks = -(-m // tile)
-    # Tiles are dealt to slots, and slots to threads as they come free: a task of one tile
-    # sums into one slot, so many small tasks get more slots than threads, and a thread held up
-    # (on a shared machine) leaves the slots it has not begun to the others. Large tasks spread
-    # over several slots sum into partial sums per slot, added up in slot order at the end:
-    # which thread ran a slot never changes a result.
-    slots = min(B * chunks, numba.get_num_threads() * (SLOTS_PER_THREAD if chunks == 1 else 1))
+    # Tiles are dealt to slots, one slot per thread: a task of one tile sums into its own
+    # rows of the sums, and large tasks spread over several slots sum into partial sums per
+    # slot, added up in slot order at the end: which thread ran a slot never changes a result.
+    slots = min(B * chunks, numba.get_num_threads())
     parts = 0 if values is None else 1 if chunks == 1 else slots
     f = 0 if values is None else values.shape[-1]
     sums = np.zeros(parts * B * n * f, dtype=dtype)
@@ -489,12 +473,12 @@ def argmax_dot(
     a, b = dtype.type(a), dtype.type(b)
     work = (index.numpy(), _skipped(skip, B), tile, slots, tally, write)
     if direct:
-        undecided = _dealt(_argmax_direct, _array(q), keys, a, b, bounds, exact, *work)
+        undecided = _argmax_direct(_array(q), keys, a, b, bounds, exact, *work)
     else:
         bias, reach = _key_terms(keys, b)
         keys = np.concatenate([keys, bias[..., None]], axis=-1)
         with _blas_controller().limit(limits=1, user_api="blas"):
-            undecided = _dealt(_argmax_gemm, *_flat(q), B, m, d, keys, a, reach, bounds, exact, *work)
+            undecided = _argmax_gemm(*_flat(q), B, m, d, keys, a, reach, bounds, exact, *work)
     moved = moved if tracking else None
     if values is None:
         return Winners(index, int(undecided), moved=moved)
@@ -553,8 +537,9 @@ def _flat(t: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     strides: zero-copy when its rows are contiguous."""
     if t.stride(-1) != 1 and t.shape[-1] > 1:
         t = t.contiguous()
-    span = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1
-    return _array(torch.as_strided(t, (span,), (1,))), np.array(t.stride()[:2], dtype=np.uint64)
+    (B, R, e), (outer, row, step) = t.shape, t.stride()
+    span = (B - 1) * outer + (R - 1) * row + (e - 1) * step + 1
+    return _array(torch.as_strided(t, (span,), (1,))), np.array((outer, row), dtype=np.uint64)
 
 
 def add_sparse_key_sums(k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, mass: torch.Tensor) -> bool:
@@ -637,8 +622,8 @@ def cluster_attention(
     two for the queries and a division; ``out`` may overlap ``own`` row for row. Tasks marked
     in ``skip`` (B,) are left as they are."""
     if out.numel():
-        workers = min(q.shape[0], SLOTS_PER_THREAD * numba.get_num_threads())
-        _dealt(_cluster_attention, _array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), _skipped(skip, q.shape[0]), workers)
+        workers = min(q.shape[0], numba.get_num_threads())
+        _cluster_attention(_array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), _skipped(skip, q.shape[0]), workers)
 
 
 # --- gathering value rows ---------------------------------------------------------------------

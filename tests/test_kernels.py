@@ -681,7 +681,7 @@ def test_argmax_dot_leaves_skipped_tasks_alone(B, m, d):
 
 @pytest.mark.parametrize("B, m", [(1, 5000), (300, 40)], ids=["one-task-many-tiles", "many-one-tile-tasks"])
 def test_argmax_dot_sums_do_not_depend_on_which_thread_ran_a_tile(B, m):
-    # Tiles are handed to threads as they come free; the sums must come out bit for bit the same.
+    # Slots of tiles run on whichever thread; the sums must come out bit for bit the same.
     g = torch.Generator().manual_seed(m)
     q, k = torch.randn(B, m, 3, generator=g), torch.randn(B, 7, 3, generator=g)
     values = torch.randn(B, m, 5, generator=g)
