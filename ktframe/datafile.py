@@ -76,9 +76,9 @@ def _load_csv(path: Path) -> np.ndarray:
     return values
 
 
-def write_atomically(path: str | os.PathLike, lines: Iterable[str]) -> None:
-    """Write ``lines`` to ``path`` through a temporary file in the same folder, so that a failure
-    leaves either the old file or none, never a partial one."""
+def write_atomically(path: str | os.PathLike, content: Iterable[str] | bytes) -> None:
+    """Write ``content`` (lines of text, or bytes) to ``path`` through a temporary file in the same
+    folder, so that a failure leaves either the old file or none, never a partial one."""
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
@@ -90,9 +90,8 @@ def write_atomically(path: str | os.PathLike, lines: Iterable[str]) -> None:
     except OSError as exc:
         raise InputError(f"{path}: cannot write in the folder {folder} ({exc.strerror}); expected a writable folder") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for line in lines:
-                handle.write(line + "\n")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content if isinstance(content, bytes) else "".join(line + "\n" for line in content).encode("utf-8"))
         os.replace(tmp, path)
     except BaseException as exc:
         os.unlink(tmp)

@@ -147,7 +147,7 @@ def test_fit_end_to_end_learns_and_writes_its_run_folder(tmp_path):
     ratios = logged(rows, "val/ratio")
     assert [step for step, _ in ratios] == [29, 59]  # validated every 30 steps, the last at the end
     assert result["best_val_ratio"] == pytest.approx(min(v for _, v in ratios))
-    assert set(result["metrics"]) == {"train/loss", *VAL_METRICS}
+    assert set(result["metrics"]) == {"train/loss", "train/lr", *VAL_METRICS}
     assert all(math.isfinite(v) for v in result["metrics"].values())
     assert result["metrics"]["val/ratio"] == pytest.approx(ratios[-1][1])
 

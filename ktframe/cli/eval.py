@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
-from ktframe.datafile import write_atomically
 
 
 def add_parser(commands) -> None:
@@ -18,17 +15,8 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> int:
-    from ktframe.training import figures
-    from ktframe.training.evaluate import eval_config, evaluate, format_table, load_checkpoint
+    from ktframe.training.evaluate import evaluate_checkpoint, format_table
 
-    config, model = load_checkpoint(args.checkpoint)
-    config = eval_config(config, args.overrides)
-    report = evaluate(model, config)
-    report["checkpoint"] = str(args.checkpoint)
-    out = Path(args.out) if args.out else Path(args.checkpoint).resolve().parent.parent / "eval"
-    out.mkdir(parents=True, exist_ok=True)
-    write_atomically(out / "eval.json", [json.dumps(report, indent=2)])
-    primary = report["primary"]
-    figures.save({"eval": figures.objective_figure(report["log_objective"], f"init={primary['init']}, n={primary['n']}, {report['family']}")}, out)
-    print(json.dumps(report) if args.json else f"{format_table(report)}\n\nwritten: {out / 'eval.json'}, {out / 'eval.png'}")
+    report, picture = evaluate_checkpoint(args.checkpoint, args.overrides, args.out)
+    print(json.dumps(report) if args.json else f"{format_table(report)}\n\nwritten: {picture.with_name('eval.json')}, {picture}")
     return 0

@@ -7,10 +7,10 @@ import sys
 from typing import Sequence
 
 from ktframe import pluginmanager
-from ktframe.cli import cluster, config, eval, fit, plugins, verify
+from ktframe.cli import cluster, config, eval, fit, plugins, report, verify
 from ktframe.errors import KtframeError
 
-COMMANDS = (fit, eval, verify, cluster, config, plugins)
+COMMANDS = (fit, eval, report, verify, cluster, config, plugins)
 
 
 class Parser(argparse.ArgumentParser):
@@ -31,8 +31,21 @@ def build_parser() -> Parser:
     return parser
 
 
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with ``key=value`` overrides allowed before and after options
+    (``ktframe fit -m data.seed=0,1 --jobs 2 optim.lr=0.1``), in the order given."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    overrides = [item for item in extra if "=" in item and not item.startswith("-")]
+    if len(overrides) < len(extra) or (overrides and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     if args.no_plugins:
         pluginmanager.disable_installed()
     try:

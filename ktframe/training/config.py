@@ -1,154 +1,215 @@
-"""Configuration: dataclass schemas, YAML presets in ``configs/``, ``key=value`` overrides.
+"""Configuration: dataclass schemas, YAML presets shipped in the package, ``key=value`` overrides.
 
 A misspelt key is an error naming the key and the closest valid one; a wrong type is an error
 naming the key, the value and the expected type. YAML is read with OmegaConf (a safe loader).
+Every field carries a one-line meaning (its ``help`` metadata), which ``ktframe fit --help`` lists.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import II, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ktframe.errors import InputError
 from ktframe.registry import closest
 from ktframe.tasks import FAMILIES
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 DEFAULT_PRESET = "quick"
+
+
+def key(default: Any = dataclasses.MISSING, help: str = "", *, factory: Any = dataclasses.MISSING) -> Any:
+    """A config field with its one-line meaning."""
+    return field(default=default, default_factory=factory, metadata={"help": help})
 
 
 @dataclass
 class DataConfig:
-    n: int = 512
-    d: int = 32
-    k: int = 10
-    family: str = "gaussian"  # gaussian, cauchy, gumbel, laplace, lognormal
-    std: float = 0.1
-    batch_size: int = 32
-    val_tasks: int = 320
-    val_batch_size: int = 64
-    init: str = "random"  # initial centers: an initialiser name (random, kmeans++, greedy-kmeans++)
-    seed: int = 0  # training tasks; each rank and worker draws its own stream from it
-    val_seed: int = 20260  # the fixed validation tasks
-    num_workers: int = 0
+    n: int = key(512, "points per training task")
+    d: int = key(32, "dimensions")
+    k: int = key(10, "clusters per task")
+    family: str = key("gaussian", "noise family of the mixtures: " + ", ".join(FAMILIES))
+    std: float = key(0.1, "noise scale around each mixture mean")
+    batch_size: int = key(32, "tasks per training step (per DDP rank)")
+    val_tasks: int = key(320, "fixed validation tasks")
+    val_batch_size: int = key(64, "validation tasks per batch")
+    init: str = key("random", "initial centers: an initialiser name (random, kmeans++, greedy-kmeans++)")
+    seed: int = key(II("trainer.seed"), "seed of the training tasks (each rank and worker draws its own stream); default: trainer.seed")
+    val_seed: int = key(20260, "seed of the fixed validation tasks")
+    num_workers: int = key(0, "dataloader workers drawing training tasks")
 
 
 @dataclass
 class ModelConfig:
-    variant: str = "learned"
-    n_layers: int = 1
-    unroll: int = 1  # training steps through the layer(s), re-embedding in between
-    gamma: float = 1.0
-    embedding: str = "onehot"
-    score: str = "euclidean"
-    attention_map: str = "softmax"
-    norm: str = "identity"
-    scale: Optional[float] = None  # None: 1/sqrt(d_emb)
-    dropout: float = 0.01
-    options: dict = field(default_factory=dict)  # the variant's own build options (`ktframe plugins` lists them)
+    variant: str = key("learned", "the registered variant to train (`ktframe plugins` lists them)")
+    n_layers: int = key(1, "layers of the model")
+    unroll: int = key(1, "steps trained through the layer(s), re-embedding in between")
+    gamma: float = key(1.0, "inverse temperature of the assignment (inf: the hard limit)")
+    embedding: str = key("onehot", "token embedding: onehot (index + data) or none (data only)")
+    score: str = key("euclidean", "attention score")
+    attention_map: str = key("softmax", "attention map")
+    norm: str = key("identity", "normalisation before attention")
+    scale: Optional[float] = key(None, "attention scale; null: 1/sqrt(d_emb)")
+    dropout: float = key(0.01, "attention dropout while training")
+    options: dict = key(help="the variant's own build options (`ktframe plugins` lists them)", factory=dict)
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 0.01
-    loss_lambda: float = 10.0
-    plateau_factor: float = 0.5
-    plateau_patience: int = 5
+    lr: float = key(0.01, "Adam's learning rate")
+    loss_lambda: float = key(10.0, "lambda of the softmin bound of the k-means objective")
+    plateau_factor: float = key(0.5, "learning-rate factor when val/ratio stops improving")
+    plateau_patience: int = key(5, "validations without improvement before the learning rate drops")
 
 
 @dataclass
 class TrainerConfig:
-    max_steps: int = 10_000
-    val_every: int = 50
-    accelerator: str = "auto"
-    devices: Any = 1
-    strategy: str = "auto"
-    num_nodes: int = 1
-    precision: str = "32-true"
-    log_every: int = 10
-    seed: int = 0
-    progress_bar: bool = True
+    """ktframe's own Trainer keys. Any other argument of Lightning's ``Trainer`` can be set as
+    ``trainer.KEY`` too; it is checked against the Trainer's signature and passed as given."""
+
+    max_steps: int = key(10_000, "training steps; the last one is always validated and checkpointed")
+    val_every: int = key(50, "validate (and checkpoint) every this many steps")
+    accelerator: str = key("auto", "cpu, gpu, auto, ...")
+    devices: Any = key(1, "devices per node (an int, a list, or auto)")
+    strategy: str = key("auto", "auto, ddp, ...")
+    num_nodes: int = key(1, "nodes")
+    precision: str = key("32-true", "32-true, bf16-mixed, 16-mixed, ...")
+    log_every: int = key(10, "log training metrics every this many steps")
+    seed: int = key(0, "seed of the weights, dropout and (by default) the training tasks")
+    progress_bar: bool = key(True, "show a progress bar")
+    early_stopping: Optional[int] = key(None, "stop when val/ratio has not improved for this many validations; null: never")
 
 
 @dataclass
 class LoggerConfig:
-    kind: str = "wandb"  # wandb, csv, tensorboard, none
-    project: str = "ktframe"
-    entity: Optional[str] = None
-    mode: str = "auto"  # auto (offline without an API key), online, offline
+    kind: str = key("wandb", "wandb, csv, tensorboard or none")
+    project: str = key("ktframe", "W&B project")
+    entity: Optional[str] = key(None, "W&B entity (user or team)")
+    mode: str = key("auto", "W&B mode: auto (offline without an API key), online, offline")
+    group: Optional[str] = key(None, "W&B group (a multirun sets it to the sweep's name)")
+    tags: list = key(help="W&B tags", factory=list)
+    job_type: Optional[str] = key(None, "W&B job type, e.g. train")
+    notes: Optional[str] = key(None, "W&B notes")
+    log_model: bool = key(True, "log the best checkpoint to W&B as a model artifact (offline too)")
 
 
 @dataclass
 class EvalConfig:
-    tasks: int = 320
-    steps: int = 20
-    seed: int = 777
-    inits: list = field(default_factory=lambda: ["random", "kmeans++"])
-    ns: list = field(default_factory=lambda: [128, 256, 512, 1024, 2048])
-    family: Optional[str] = None  # None: the training family
-    batch_size: int = 32
+    tasks: int = key(320, "unseen tasks per setting")
+    steps: int = key(20, "steps of the model (and of Lloyd) from the initial centers")
+    seed: int = key(777, "seed of the evaluation tasks")
+    inits: list = key(help="initial centers: initialiser names", factory=lambda: ["random", "kmeans++"])
+    ns: list = key(help="points per task, one setting each", factory=lambda: [128, 256, 512, 1024, 2048])
+    family: Optional[str] = key(None, "noise family; null: the training family")
+    batch_size: int = key(32, "tasks per batch")
+    after_fit: bool = key(False, "evaluate the best checkpoint when training ends (run folder's eval/, and W&B)")
 
 
 @dataclass
 class Config:
-    preset: str = DEFAULT_PRESET
-    # `variant=NAME`: train a learnable version of variant NAME, at the setting it declares
-    # (model.variant=NAME plus its Variant.training overrides, under the command line's own).
-    variant: Optional[str] = None
-    root: str = "runs"
-    name: Optional[str] = None
-    run_id: Optional[str] = None
-    resume: Optional[str] = None  # auto, or a checkpoint path
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
+    preset: str = key(DEFAULT_PRESET, "a preset name (`ktframe fit --help` lists them) or the path of a YAML file")
+    variant: Optional[str] = key(None, "train a learnable version of this variant at the setting it declares")
+    root: str = key("runs", "folder of the run folders")
+    name: Optional[str] = key(None, "run folder's name (default: the run id)")
+    run_id: Optional[str] = key(None, "run id (W&B id too); default: new, or the one W&B's agent assigns")
+    resume: Optional[str] = key(None, "auto (the named or latest run) or a checkpoint path")
+    data: DataConfig = key(help="", factory=DataConfig)
+    model: ModelConfig = key(help="", factory=ModelConfig)
+    optim: OptimConfig = key(help="", factory=OptimConfig)
+    trainer: TrainerConfig = key(help="", factory=TrainerConfig)
+    logger: LoggerConfig = key(help="", factory=LoggerConfig)
+    eval: EvalConfig = key(help="", factory=EvalConfig)
+
+
+def preset_files() -> dict[str, Any]:
+    """The presets shipped in the package (``ktframe/configs/*.yaml``), by name."""
+    folder = resources.files("ktframe") / "configs"
+    return {entry.name.rsplit(".", 1)[0]: entry for entry in folder.iterdir() if entry.name.endswith(".yaml")}
 
 
 def presets() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    return sorted(preset_files())
 
 
-def _check_keys(values: Any, schema: Any, prefix: str = "") -> None:
-    """Every key of ``values`` must be a field of ``schema``; suggest the closest one otherwise."""
+# Trainer arguments that ktframe sets itself: the key to use instead, or None where there is none.
+_TRAINER_OWN = {
+    "val_check_interval": "trainer.val_every", "log_every_n_steps": "trainer.log_every", "enable_progress_bar": "trainer.progress_bar",
+    "logger": "logger.kind", "callbacks": None, "plugins": None, "default_root_dir": "root", "check_val_every_n_epoch": "trainer.val_every",
+}  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def trainer_arguments() -> tuple[str, ...]:
+    """The arguments of Lightning's ``Trainer`` (imported only when a key needs checking)."""
+    import lightning
+
+    return tuple(name for name in inspect.signature(lightning.Trainer.__init__).parameters if name != "self")
+
+
+def _check_trainer_key(name: str) -> None:
+    if name in _TRAINER_OWN:
+        instead = _TRAINER_OWN[name]
+        raise InputError(f"config key 'trainer.{name}' is set by ktframe" + (f"; expected '{instead}' instead" if instead else "; it cannot be given"))
+    own = [f.name for f in dataclasses.fields(TrainerConfig)]
+    if name not in trainer_arguments():
+        hint = closest(name, [*own, *(a for a in trainer_arguments() if a not in _TRAINER_OWN)])
+        raise InputError(f"unknown config key 'trainer.{name}': neither a ktframe key nor an argument of Lightning's Trainer" + (f"; did you mean 'trainer.{hint}'?" if hint else ""))
+
+
+def check_keys(values: Any, schema: Any = None, prefix: str = "") -> None:
+    """Every key of ``values`` must be a field of ``schema`` (default: :class:`Config`), or under
+    ``trainer.`` an argument of Lightning's Trainer; suggest the closest one otherwise."""
+    schema = schema or Config
     if not isinstance(values, dict):
         return
     fields = {f.name: f for f in dataclasses.fields(schema)}
-    for key, value in values.items():
-        if key not in fields:
-            hint = closest(str(key), list(fields))
+    for name, value in values.items():
+        if name not in fields:
+            if schema is TrainerConfig:
+                _check_trainer_key(str(name))
+                continue
+            hint = closest(str(name), list(fields))
             suggestion = f"; did you mean '{prefix}{hint}'?" if hint else f"; expected one of: {', '.join(fields)}"
-            raise InputError(f"unknown config key '{prefix}{key}'{suggestion}")
-        sub = fields[key].default_factory() if fields[key].default_factory is not dataclasses.MISSING else None
+            raise InputError(f"unknown config key '{prefix}{name}'{suggestion}")
+        sub = fields[name].default_factory() if fields[name].default_factory is not dataclasses.MISSING else None
         if dataclasses.is_dataclass(sub):
-            _check_keys(value, type(sub), f"{prefix}{key}.")
+            check_keys(value, type(sub), f"{prefix}{name}.")
 
 
-def _read_yaml(path: Path) -> dict:
+def trainer_extras(cfg: DictConfig) -> dict[str, Any]:
+    """The ``trainer.KEY`` values that are Lightning Trainer arguments rather than ktframe's own keys."""
+    own = {f.name for f in dataclasses.fields(TrainerConfig)}
+    return {name: value for name, value in OmegaConf.to_container(cfg.trainer, resolve=True).items() if name not in own}
+
+
+def _read_yaml(source: Any) -> dict:
+    """The mapping in a YAML file (a path or a packaged resource)."""
     try:
-        loaded = OmegaConf.load(path)
+        loaded = OmegaConf.create(source.read_text())
     except OmegaConfBaseException as exc:
-        raise InputError(f"{path}: not a valid config ({str(exc).splitlines()[0]})") from None
+        raise InputError(f"{source}: not a valid config ({str(exc).splitlines()[0]})") from None
     except yaml.constructor.ConstructorError as exc:  # e.g. !!python/object: the safe loader builds none
-        raise InputError(f"{path}: refused: {exc.problem} ({' '.join(str(exc.problem_mark).split())}); config files may hold only plain YAML values, no Python tags") from None
+        raise InputError(f"{source}: refused: {exc.problem} ({' '.join(str(exc.problem_mark).split())}); config files may hold only plain YAML values, no Python tags") from None
     except Exception as exc:  # the YAML parser's own errors: a syntax error in the file
-        raise InputError(f"{path}: YAML syntax error: {' '.join(str(exc).split())}") from None
+        raise InputError(f"{source}: YAML syntax error: {' '.join(str(exc).split())}") from None
     values = OmegaConf.to_container(loaded)
     if not isinstance(values, dict):
-        raise InputError(f"{path}: a config file must be a mapping of keys to values; got {type(values).__name__}")
+        raise InputError(f"{source}: a config file must be a mapping of keys to values; got {type(values).__name__}")
     return values
 
 
-def _parse_overrides(overrides: Sequence[str]) -> dict:
+def parse_overrides(overrides: Sequence[str]) -> dict:
+    """``key=value`` strings as a nested dict (values parsed as YAML by OmegaConf)."""
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise InputError(f"override {item!r} is not of the form key=value (e.g. optim.lr=0.001)")
@@ -158,20 +219,27 @@ def _parse_overrides(overrides: Sequence[str]) -> dict:
         raise InputError(f"could not parse overrides: {str(exc).splitlines()[0]}") from None
 
 
+def _preset(preset: str) -> Any:
+    if preset.endswith((".yaml", ".yml")):
+        path = Path(preset)
+        if not path.is_file():
+            raise InputError(f"config file {path} does not exist")
+        return path
+    files = preset_files()
+    if preset not in files:
+        hint = closest(preset, sorted(files))
+        raise InputError(f"unknown preset {preset!r}; expected one of: {', '.join(sorted(files))}" + (f" (did you mean {hint!r}?)" if hint else ""))
+    return files[preset]
+
+
 def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The resolved config: schema defaults, then the preset (``preset=NAME`` or
     ``preset=path/to/file.yaml``; default ``quick``), then the other overrides."""
-    cli = _parse_overrides(overrides)
-    _check_keys(cli, Config)
+    cli = parse_overrides(overrides)
+    check_keys(cli)
     preset = str(cli.get("preset", DEFAULT_PRESET))
-    path = Path(preset) if preset.endswith((".yaml", ".yml")) else CONFIG_DIR / f"{preset}.yaml"
-    if not path.is_file():
-        if preset.endswith((".yaml", ".yml")):
-            raise InputError(f"config file {path} does not exist")
-        hint = closest(preset, presets())
-        raise InputError(f"unknown preset {preset!r}; expected one of: {', '.join(presets())}" + (f" (did you mean {hint!r}?)" if hint else ""))
-    file_values = _read_yaml(path)
-    _check_keys(file_values, Config)
+    file_values = _read_yaml(_preset(preset))
+    check_keys(file_values)
     file_values["preset"] = preset
     cfg = merge(file_values, *_variant_defaults(cli), cli)
     _check_variant(cfg)
@@ -189,7 +257,7 @@ def _variant_defaults(cli: dict) -> list[dict]:
     from ktframe.variant import get_variant
 
     defaults = OmegaConf.to_container(OmegaConf.create(dict(get_variant(str(name)).training)))
-    _check_keys(defaults, Config)
+    check_keys(defaults)
     return [{"model": {"variant": name}}, defaults]
 
 
@@ -203,7 +271,9 @@ def _check_variant(cfg: DictConfig) -> None:
 def merge(*layers: Any) -> DictConfig:
     """The schema's defaults overlaid with ``layers`` in order, every value checked."""
     try:
-        cfg = OmegaConf.merge(OmegaConf.structured(Config), *layers)
+        base = OmegaConf.structured(Config)
+        OmegaConf.set_struct(base.trainer, False)  # open to Lightning's own Trainer arguments (checked by check_keys)
+        cfg = OmegaConf.merge(base, *layers)
     except OmegaConfBaseException as exc:
         raise InputError(_type_error(exc)) from None
     check_values(cfg)
@@ -265,9 +335,21 @@ def _type_error(exc: OmegaConfBaseException) -> str:
 
 
 def to_yaml(cfg: DictConfig) -> str:
-    return OmegaConf.to_yaml(cfg)
+    return OmegaConf.to_yaml(cfg, resolve=True)
 
 
 def to_dict(cfg: DictConfig) -> dict:
     """Plain containers only, so that checkpoints load with ``weights_only=True``."""
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def describe_keys(schema: Any = Config, prefix: str = "") -> Iterator[tuple[str, str, str, str]]:
+    """``(key, type, default, meaning)`` of every config key, sections flattened."""
+    for f in dataclasses.fields(schema):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            yield from describe_keys(type(default), f"{prefix}{f.name}.")
+            continue
+        kind = str(f.type).removeprefix("Optional[").removesuffix("]") + (" or null" if str(f.type).startswith("Optional[") else "")
+        shown = default if isinstance(default, str) else json.dumps(default)
+        yield f"{prefix}{f.name}", kind, shown, f.metadata.get("help", "")

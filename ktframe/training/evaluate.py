@@ -8,16 +8,18 @@ every step. Initial centers random data points or k-means++; any n; any distribu
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from omegaconf import OmegaConf
 
 from ktframe import reference
+from ktframe.datafile import write_atomically
 from ktframe.errors import InputError
 from ktframe.training.checkpoint_io import load_weights, read_checkpoint
-from ktframe.training.config import Config, _check_keys, _parse_overrides, merge, to_dict
+from ktframe.training.config import check_keys, merge, parse_overrides, to_dict
 from ktframe.training.data import draw
 from ktframe.training.module import model_from_config
 from ktframe.variant import get_variant
@@ -50,8 +52,8 @@ def _check_eval_overrides(values: dict) -> None:
 
 def eval_config(config: dict, overrides: list[str]) -> dict:
     """The checkpoint's eval settings, with ``eval.*`` / ``data.family`` overrides applied."""
-    values = _parse_overrides(overrides)
-    _check_keys(values, Config)
+    values = parse_overrides(overrides)
+    check_keys(values)
     _check_eval_overrides(values)
     return to_dict(merge(config, values))
 
@@ -115,3 +117,32 @@ def format_table(report: dict[str, Any]) -> str:
         cells = "  ".join(f"{lo[m][-1]:>8.4f} ({lo[m][1]:>6.3f})" for m in lo)
         lines.append(f"{s['init']:<9} {s['n']:>5}  {cells}  {lo['model'][-1] - lo['lloyd'][-1]:>+13.4f}")
     return "\n".join(lines)
+
+
+def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None) -> tuple[dict[str, Any], Path]:
+    """:func:`evaluate` a checkpoint, writing ``eval.json`` and ``eval.png`` into ``out`` (default:
+    the run folder's ``eval/``); the report and the picture's path."""
+    from ktframe.training import figures
+
+    config, model = load_checkpoint(path)
+    report = evaluate(model, eval_config(config, list(overrides)))
+    report["checkpoint"] = str(path)
+    folder = Path(out) if out is not None else Path(path).resolve().parent.parent / "eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomically(folder / "eval.json", [json.dumps(report, indent=2)])
+    primary = report["primary"]
+    title = f"init={primary['init']}, n={primary['n']}, {report['family']}"
+    (picture,) = figures.save({"eval": figures.objective_figure(report["log_objective"], title)}, folder)
+    return report, picture
+
+
+def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """The report as one row per setting, method and step: the columns and the rows of a table."""
+    columns = ["init", "n", "method", "step", "log_objective"]
+    rows = [
+        [s["init"], s["n"], method, step, value]
+        for s in report["settings"]
+        for method, values in s["log_objective"].items()
+        for step, value in enumerate(values)
+    ]
+    return columns, rows

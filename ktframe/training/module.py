@@ -34,7 +34,9 @@ class KMeansTransformerModule(L.LightningModule):
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
-        self.save_hyperparameters({"config": config})  # plain containers: weights_only loading works
+        # Plain containers, so that weights_only loading works. The run logs the config itself, once,
+        # as flat sections (data.n, optim.lr, ...) rather than nested under "config".
+        self.save_hyperparameters({"config": config}, logger=False)
         self.config = config
         self.model = model_from_config(config)
         self.val_metrics = MetricCollection(
@@ -56,6 +58,7 @@ class KMeansTransformerModule(L.LightningModule):
         X, C0, _ = batch
         loss = softmin_bound(X, self(X, C0).centers, self.config["optim"]["loss_lambda"])
         self.log("train/loss", loss, prog_bar=True, batch_size=X.shape[0])
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=X.shape[0])  # the plateau schedule moves it
         return loss
 
     def validation_step(self, batch, batch_idx: int) -> None:

@@ -10,6 +10,7 @@ inherit, so every rank agrees.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import netrc
 import os
@@ -22,20 +23,22 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from ktframe.datafile import write_atomically
 from ktframe.errors import InputError
 from ktframe.pluginmanager import registry
+from ktframe.training.callbacks import ValidateLastStep
 from ktframe.training.checkpoint_io import AtomicCheckpointIO, load_weights, read_checkpoint
-from ktframe.training.config import to_dict, to_yaml
+from ktframe.training.config import to_dict, to_yaml, trainer_extras
 from ktframe.training.data import TaskDataModule
 from ktframe.training.module import KMeansTransformerModule
 
 RUN_ID_ENV = "KTFRAME_RUN_ID"
 RUN_DIR_ENV = "KTFRAME_RUN_DIR"  # set by train() for the processes DDP launches, then removed
 CHECKPOINT_ENV = "KTFRAME_RESUME_FROM"
+WANDB_AGENT_RUN_ID_ENV = "WANDB_RUN_ID"  # set by `wandb agent` for each run it starts
 # The config keys that fix the model's weights: a run cannot go on under other values of them.
 WEIGHT_KEYS = ("model.variant", "data.d", "data.k", "model.n_layers", "model.embedding", "model.score", "model.attention_map", "model.norm", "model.options")
 
@@ -96,12 +99,21 @@ def _run_folder(cfg: DictConfig) -> tuple[str, Path, Path | None]:
         for last in candidates:
             if last.is_file():
                 return _checkpoint_run_id(last), last.parent.parent, last
-    run_id = cfg.run_id or os.environ.get(RUN_ID_ENV) or new_run_id()
+    # Under `wandb agent` the run id is the one W&B assigned, so that the folder and the W&B run agree.
+    run_id = cfg.run_id or os.environ.get(RUN_ID_ENV) or os.environ.get(WANDB_AGENT_RUN_ID_ENV) or new_run_id()
     return run_id, root / (cfg.name or run_id), None
+
+
+# The package each logger needs, and what to install when it is absent.
+_LOGGER_PACKAGES = {"wandb": ("wandb", "pip install wandb"), "tensorboard": ("tensorboard", "pip install 'ktframe[tensorboard]'")}
 
 
 def _logger(cfg: DictConfig, run_id: str, run_dir: Path):
     kind = cfg.logger.kind
+    if kind in _LOGGER_PACKAGES:
+        package, install = _LOGGER_PACKAGES[kind]
+        if importlib.util.find_spec(package) is None:
+            raise InputError(f"logger.kind={kind} needs the {package} package, which is not installed; expected `{install}`, or logger.kind=csv or none")
     if kind == "csv":
         from lightning.pytorch.loggers import CSVLogger
 
@@ -121,7 +133,8 @@ def _logger(cfg: DictConfig, run_id: str, run_dir: Path):
         offline = mode == "offline" or (mode == "auto" and not _wandb_has_key())
         return WandbLogger(
             project=cfg.logger.project, entity=cfg.logger.entity, name=cfg.name or run_id, id=run_id,
-            save_dir=str(run_dir), offline=offline, resume="allow",
+            save_dir=str(run_dir), offline=offline, resume="allow", group=cfg.logger.group,
+            tags=list(cfg.logger.tags) or None, job_type=cfg.logger.job_type, notes=cfg.logger.notes,
         )
     return False  # "none": the config's values were checked when it was loaded
 
@@ -184,15 +197,18 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
         save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False,
     )
     latest = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False)
+    callbacks = [checkpoints, latest, ValidateLastStep()]
+    if cfg.trainer.early_stopping is not None:
+        callbacks.append(EarlyStopping(monitor="val/ratio", mode="min", patience=cfg.trainer.early_stopping, check_on_train_epoch_end=False))
     logger = _logger(cfg, run_id, run_dir)
-    trainer = _trainer(cfg, logger, [checkpoints, latest], run_dir)
+    trainer = _trainer(cfg, logger, callbacks, run_dir)
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(run_dir / "config.yaml", [to_yaml(cfg)])
-        if logger and cfg.logger.kind == "wandb":
-            logger.experiment.config.update(config, allow_val_change=True)
         if logger and cfg.logger.kind == "csv" and ckpt is not None:
-            _keep_csv_rows(logger, before_step=start_step)
+            _keep_csv_rows(logger, before_step=start_step)  # before anything creates the CSV writer
+        if logger:
+            logger.log_hyperparams(config)
     # weights_only here too: left unset, Lightning's load obeys TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
     trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
 
@@ -208,34 +224,67 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
         "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
     }
     if trainer.is_global_zero:
+        wandb_run = logger.experiment if logger and cfg.logger.kind == "wandb" else None
         _figures(module, cfg, run_dir, logger)
-        # wandb records offline mode as "dryrun" in its settings (0.31), as "offline" in older versions
-        if logger and cfg.logger.kind == "wandb" and logger.experiment.settings.mode in ("offline", "dryrun"):
-            summary["wandb_sync"] = f"wandb sync {logger.experiment.dir.rsplit('/files', 1)[0]}"
+        if cfg.eval.after_fit:
+            summary["eval"] = str(_evaluate_after_fit(Path(checkpoints.best_model_path), run_dir / "eval", logger))
+        if wandb_run is not None:
+            if cfg.logger.log_model:
+                _log_model(wandb_run, Path(checkpoints.best_model_path), summary)
+            # wandb records offline mode as "dryrun" in its settings (0.31), as "offline" in older versions
+            if wandb_run.settings.mode in ("offline", "dryrun"):
+                summary["wandb_sync"] = f"wandb sync {wandb_run.dir.rsplit('/files', 1)[0]}"
         write_atomically(run_dir / "summary.json", [json.dumps(summary, indent=2)])
     return RunResult(run_id, run_dir, summary)
 
 
+def _evaluate_after_fit(best: Path, out: Path, logger) -> Path:
+    """The paper's evaluation of the best checkpoint, as ``ktframe eval`` runs it; its table and
+    picture go to the logger too when it takes them."""
+    from ktframe.training.evaluate import evaluate_checkpoint, table_rows
+
+    report, picture = evaluate_checkpoint(best, out=out)
+    if logger is not None and hasattr(logger, "log_table"):
+        columns, rows = table_rows(report)
+        logger.log_table(key="eval/log_objective", columns=columns, data=rows)
+        logger.log_image(key="eval/objective", images=[str(picture)])
+    return out / "eval.json"
+
+
+def _log_model(wandb_run, best: Path, summary: dict[str, Any]) -> None:
+    """The best checkpoint as a W&B model artifact, with the figures that chose it."""
+    import wandb
+
+    metadata = {"best_val_ratio": summary["best_val_ratio"], "global_step": summary["global_step"], "run_id": summary["run_id"]}
+    artifact = wandb.Artifact(name=f"model-{summary['run_id']}", type="model", metadata=metadata)
+    artifact.add_file(str(best), name="best.ckpt")
+    wandb_run.log_artifact(artifact, aliases=["best", "latest"])
+
+
 def _trainer(cfg: DictConfig, logger, callbacks: list, run_dir: Path) -> L.Trainer:
-    """The Trainer of a run, writing and reading checkpoints through :class:`AtomicCheckpointIO`."""
+    """The Trainer of a run, writing and reading checkpoints through :class:`AtomicCheckpointIO`.
+    ``trainer.KEY`` values other than ktframe's own are Lightning Trainer arguments, passed as given."""
+    settings = dict(
+        max_steps=cfg.trainer.max_steps,
+        val_check_interval=cfg.trainer.val_every,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        accelerator=cfg.trainer.accelerator,
+        devices=cfg.trainer.devices,
+        strategy=cfg.trainer.strategy,
+        num_nodes=cfg.trainer.num_nodes,
+        precision=cfg.trainer.precision,
+        logger=logger,
+        callbacks=callbacks,
+        plugins=[AtomicCheckpointIO()],
+        log_every_n_steps=cfg.trainer.log_every,
+        default_root_dir=str(run_dir),
+        enable_progress_bar=cfg.trainer.progress_bar,
+        enable_model_summary=False,
+    )
+    extras = trainer_extras(cfg)
     try:
-        return L.Trainer(
-            max_steps=cfg.trainer.max_steps,
-            val_check_interval=cfg.trainer.val_every,
-            check_val_every_n_epoch=None,
-            num_sanity_val_steps=0,
-            accelerator=cfg.trainer.accelerator,
-            devices=cfg.trainer.devices,
-            strategy=cfg.trainer.strategy,
-            num_nodes=cfg.trainer.num_nodes,
-            precision=cfg.trainer.precision,
-            logger=logger,
-            callbacks=callbacks,
-            plugins=[AtomicCheckpointIO()],
-            log_every_n_steps=cfg.trainer.log_every,
-            default_root_dir=str(run_dir),
-            enable_progress_bar=cfg.trainer.progress_bar,
-            enable_model_summary=False,
-        )
+        return L.Trainer(**{**settings, **extras})
     except (MisconfigurationException, ValueError, TypeError) as exc:  # Lightning's checks of these keys
-        raise InputError(f"invalid trainer.accelerator/devices/strategy/num_nodes/precision: {str(exc).splitlines()[0]}; see docs/training.md") from None
+        keys = [f"trainer.{k}" for k in ("accelerator", "devices", "strategy", "num_nodes", "precision", *extras)]
+        raise InputError(f"invalid {'/'.join(keys)}: {str(exc).splitlines()[0]}; see docs/training.md") from None

@@ -1,0 +1,26 @@
+"""``ktframe report PATH [--json] [--out DIR]``: every training run below PATH, aggregated into
+mean ± spread over runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser("report", help="aggregate the training runs below a folder: mean, spread and 95 %% interval over runs")
+    p.add_argument("path", metavar="PATH", help="a run folder (one holding summary.json) or a folder holding run folders at any depth")
+    p.add_argument("--out", metavar="DIR", help="folder for report.json, report.md and report.png (default: PATH)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ktframe.training.report import build_report, figure_png, markdown, write
+
+    root = Path(args.path)
+    report = build_report(root)
+    text = markdown(report, root)
+    paths = write(Path(args.out) if args.out else root, report, text, figure_png(report, root))
+    print(json.dumps(report) if args.json else f"{text}\n\nwritten: {', '.join(map(str, paths))}")
+    return 0

@@ -1,0 +1,19 @@
+"""Callbacks of every training run."""
+
+from __future__ import annotations
+
+import lightning as L
+
+
+class ValidateLastStep(L.Callback):
+    """Validate (and so checkpoint) at ``max_steps`` whatever the validation interval.
+
+    Lightning validates every ``val_check_interval`` steps only, so a run whose last steps fall
+    between two validations would end with them unscored and unsaved. Asking the loop to stop at
+    the last step makes it validate there, as it does for early stopping; a last step that falls on
+    the interval is validated once.
+    """
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True

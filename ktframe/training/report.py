@@ -1,0 +1,249 @@
+"""Every training run below a folder, aggregated into mean ± spread (``ktframe report``).
+
+A run is any folder holding ``summary.json`` (written by ``ktframe fit``): its final validation
+metrics come from there and, when the run has been evaluated, the objective per step from
+``eval/eval.json``. Runs differ by seed; a reader needs the mean, the spread over runs and how sure
+the mean is, so every number comes with its sample standard deviation and a 95 % Student-t
+interval (there are usually only a handful of runs, too few for a normal interval).
+
+A value that is not a finite number (a diverged run's NaN) counts as missing: it is left out of
+the mean, and ``n`` / ``runs`` say how many values were used. Runs whose evaluation of one
+(init, n, method) has a different number of steps are refused with one line, rather than silently
+dropped from the mean: they were evaluated under different settings and belong in separate reports.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import special
+
+from ktframe.datafile import write_atomically
+from ktframe.errors import InputError
+
+SUMMARY = "summary.json"
+EVAL = Path("eval", "eval.json")
+OUTPUTS = ("report.json", "report.md", "report.png")
+
+Key = tuple[str, int, str]  # (init, n, method) of an evaluation
+Curves = dict[Key, list[float | None]]  # the mean log objective at every step; None: not finite
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Every folder at or below ``root`` that holds a summary.json, sorted by path."""
+    if not root.exists():
+        raise InputError(f"{root}: no such folder; expected a run folder or a folder holding run folders")
+    if not root.is_dir():
+        raise InputError(f"{root}: not a folder; expected a run folder or a folder holding run folders")
+    runs = sorted(path.parent for path in root.rglob(SUMMARY) if path.is_file())
+    if not runs:
+        raise InputError(f"no runs (no {SUMMARY}) below {root}; expected folders written by ktframe fit")
+    return runs
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; a file that cannot be read or parsed is named in one line."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the file ({exc.strerror or exc}); expected a readable file") from None
+    except ValueError as exc:  # bad UTF-8 or bad JSON
+        raise InputError(f"{path}: not valid JSON ({exc}); expected the file ktframe writes there") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: holds a JSON {type(value).__name__}; expected a JSON object")
+    return value
+
+
+def _number(value: Any, path: Path, where: str) -> float | None:
+    """``value`` as a float, or None when it is not finite (counted as missing); anything that is
+    not a number means a broken file."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{path}: {where} is a {type(value).__name__}; expected a number")
+    return float(value) if math.isfinite(value) else None
+
+
+def _run_metrics(path: Path) -> dict[str, float | None]:
+    """The ``val/`` metrics of one run's summary.json: its final validation."""
+    metrics = _read_json(path).get("metrics")
+    if not isinstance(metrics, dict):
+        raise InputError(f"{path}: no \"metrics\" object; expected the summary.json ktframe fit writes")
+    return {name: _number(value, path, f"metrics[{name!r}]") for name, value in metrics.items() if name.startswith("val/")}
+
+
+def _run_curves(path: Path) -> Curves:
+    """Per (init, n, method): one run's mean log objective at every evaluation step."""
+    settings = _read_json(path).get("settings")
+    if not isinstance(settings, list):
+        raise InputError(f"{path}: no \"settings\" list; expected the eval.json ktframe eval writes")
+    curves: Curves = {}
+    for i, setting in enumerate(settings):
+        where = f"settings[{i}]"
+        if not isinstance(setting, dict) or not isinstance(setting.get("init"), str) or type(setting.get("n")) is not int or not isinstance(setting.get("log_objective"), dict):
+            raise InputError(f"{path}: {where} is not an object with init (text), n (integer) and log_objective; expected the eval.json ktframe eval writes")
+        for method, values in setting["log_objective"].items():
+            if not isinstance(values, list) or not values:
+                raise InputError(f"{path}: {where}.log_objective[{method!r}] is not a list of numbers; expected one value per step")
+            curves[(setting["init"], setting["n"], method)] = [_number(v, path, f"{where}.log_objective[{method!r}]") for v in values]
+    return curves
+
+
+def describe(values: list[float]) -> dict[str, Any]:
+    """Mean, sample standard deviation (ddof=1) and 95 % Student-t interval of the mean; one value
+    has no spread (std 0.0) and no interval (None)."""
+    n = len(values)
+    mean = float(np.mean(values))
+    if n < 2:
+        return {"mean": mean, "std": 0.0, "n": n, "ci95": None}
+    std = float(np.std(values, ddof=1))
+    # the t quantile, as scipy.stats.t.ppf computes it, without the second that importing scipy.stats takes
+    half = float(special.stdtrit(n - 1, 0.975)) * std / math.sqrt(n)
+    return {"mean": mean, "std": std, "n": n, "ci95": [mean - half, mean + half]}
+
+
+def _aggregate_metrics(runs: list[dict[str, float | None]]) -> dict[str, dict[str, Any]]:
+    """Per metric, in order of first appearance: ``describe`` over the runs with a finite value."""
+    names = dict.fromkeys(name for metrics in runs for name in metrics)
+    values = {name: [m[name] for m in runs if m.get(name) is not None] for name in names}
+    return {name: describe(found) for name, found in values.items() if found}
+
+
+def _aggregate_eval(runs: list[tuple[Path, Curves]]) -> list[dict[str, Any]]:
+    """One row per (init, n, method), in order of first appearance: the final step over runs, and
+    the whole curve's mean and std. Curves with a non-finite value are left out."""
+    grouped: dict[Key, list[tuple[Path, list[float]]]] = {}
+    for path, curves in runs:
+        for key, curve in curves.items():
+            seen = grouped.setdefault(key, [])  # the first appearance fixes the row's place, finite or not
+            finite = [value for value in curve if value is not None]
+            if len(finite) < len(curve):
+                continue
+            if seen and len(seen[0][1]) != len(finite):
+                first, length = seen[0][0], len(seen[0][1]) - 1
+                raise InputError(
+                    f"{path}: init={key[0]}, n={key[1]}, {key[2]} has {len(finite) - 1} steps but {first} has {length}; "
+                    "expected runs evaluated with the same eval.steps (report on them separately)"
+                )
+            seen.append((path, finite))
+    return [_eval_row(key, [curve for _, curve in seen]) for key, seen in grouped.items() if seen]
+
+
+def _eval_row(key: Key, curves: list[list[float]]) -> dict[str, Any]:
+    final = describe([curve[-1] for curve in curves])
+    steps = np.array(curves)
+    std = steps.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros(steps.shape[1])
+    return {
+        "init": key[0], "n": key[1], "method": key[2],
+        "mean": final["mean"], "std": final["std"], "runs": final["n"], "ci95": final["ci95"],
+        "curve": {"mean": steps.mean(axis=0).tolist(), "std": std.tolist()},
+    }
+
+
+def build_report(root: Path) -> dict[str, Any]:
+    """The report of every run below ``root``; every file is read and checked before anything is
+    written, so that a broken one stops the report with nothing behind."""
+    runs = find_runs(root)
+    metrics = [_run_metrics(run / SUMMARY) for run in runs]
+    curves = [(run / EVAL, _run_curves(run / EVAL)) for run in runs if (run / EVAL).is_file()]
+    return {
+        "runs": len(runs),
+        "paths": [run.relative_to(root).as_posix() for run in runs],
+        "metrics": _aggregate_metrics(metrics),
+        "eval": _aggregate_eval(curves),
+    }
+
+
+def _interval(ci95: list[float] | None) -> str:
+    return "—" if ci95 is None else f"[{ci95[0]:.4f}, {ci95[1]:.4f}]"
+
+
+def markdown(report: dict[str, Any], root: Path) -> str:
+    """Two tables a reader can paste: the final validation metrics and the evaluation's last step."""
+    plural = "s" if report["runs"] != 1 else ""
+    lines = [
+        f"# ktframe report: {report['runs']} run{plural} in {root}", "",
+        "Runs: " + ", ".join(f"`{path}`" for path in report["paths"]), "",
+        "## Final validation metrics (summary.json)", "",
+    ]
+    if report["metrics"]:
+        lines += ["| metric | mean ± std | 95 % interval | n |", "|---|---|---|---|"]
+        lines += [f"| {name} | {s['mean']:.4f} ± {s['std']:.4f} | {_interval(s['ci95'])} | {s['n']} |" for name, s in report["metrics"].items()]
+    else:
+        lines.append("No finite val/ metric was found.")
+    lines += ["", "## Evaluation: mean log objective at the last step (eval/eval.json)", ""]
+    if report["eval"]:
+        lines += ["| init | n | method | mean ± std | 95 % interval | runs |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['init']} | {r['n']} | {r['method']} | {r['mean']:.4f} ± {r['std']:.4f} | {_interval(r['ci95'])} | {r['runs']} |" for r in report["eval"]]
+    else:
+        lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
+    return "\n".join(lines)
+
+
+def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
+    """The objective per step of every method, mean over runs with a ± std band, one subplot per
+    (init, n); PNG bytes, or None when no run was evaluated. Rendered in memory, so that the file is
+    written with the others, after everything has been computed."""
+    if not report["eval"]:
+        return None
+    from ktframe.training.figures import LABELS, plt  # pyplot on the Agg backend; imported here, so that bad input is answered without waiting for it
+
+    settings = list(dict.fromkeys((row["init"], row["n"]) for row in report["eval"]))
+    cols = min(3, len(settings))
+    fig, axes = plt.subplots(math.ceil(len(settings) / cols), cols, figsize=(5.5 * cols, 4 * math.ceil(len(settings) / cols)), squeeze=False)
+    for ax, (init, n) in zip(axes.flat, settings):
+        for row in (r for r in report["eval"] if (r["init"], r["n"]) == (init, n)):
+            mean, std = np.array(row["curve"]["mean"]), np.array(row["curve"]["std"])
+            steps = np.arange(len(mean))
+            (line,) = ax.plot(steps, mean, marker="o", markersize=3, label=f"{LABELS.get(row['method'], row['method'])} ({row['runs']} runs)")
+            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        ax.set(title=f"init={init}, n={n}", xlabel="step", ylabel="mean log objective")
+        ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
+        ax.legend(fontsize="small")
+    for ax in axes.flat[len(settings):]:
+        ax.axis("off")
+    fig.suptitle(f"objective per step, mean over the runs in {root} (band: ± std)")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def check_writable(out: Path) -> None:
+    """Refuse an output folder that cannot be made or written, before anything is written there."""
+    existing = out
+    while not existing.exists():  # the nearest existing folder: the one the output folder is made in
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{out}: {existing} is a file, not a folder; expected a writable folder for {', '.join(OUTPUTS)}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(f"{out}: cannot write in {existing} (permission denied); expected a writable folder")
+    taken = [name for name in OUTPUTS if (out / name).is_dir()]
+    if taken:
+        raise InputError(f"{out / taken[0]}: is a folder; expected to write a file of that name")
+
+
+def write(out: Path, report: dict[str, Any], text: str, png: bytes | None) -> list[Path]:
+    """Write report.json, report.md and (with an evaluation) report.png into ``out``, each one
+    atomically; a report.png of an earlier report is removed when this one has no evaluation, so
+    that the folder never shows a figure of other runs."""
+    check_writable(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{out}: cannot make the folder ({exc.strerror}); expected a writable folder") from None
+    paths = [out / "report.json", out / "report.md"]
+    write_atomically(paths[0], [json.dumps(report, indent=2, allow_nan=False)])
+    write_atomically(paths[1], [text])
+    picture = out / "report.png"
+    if png is None:
+        picture.unlink(missing_ok=True)
+    else:
+        write_atomically(picture, png)
+        paths.append(picture)
+    return paths

@@ -1,0 +1,201 @@
+"""``ktframe report`` as a user runs it: run folders of real summary.json and eval/eval.json files
+of known numbers, the real command line in subprocesses, and the numbers it must print,
+computed here on their own (numpy and scipy.stats)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ktframe.cli.main import build_parser
+from test_training import ok, one_line_error, run_cli
+
+RATIOS = {"a": 0.9, "b": 1.0, "deep/group/c": 1.1}  # run folder → val/ratio; one run two levels down
+ARIS = {"a": 0.7, "b": 0.8}  # the third run has no val/ari
+SHIFTS = {"a": 0.0, "b": 0.1, "deep/group/c": 0.3}  # run folder → how far its eval curves are moved
+ROWS = [("random", 512, "model"), ("random", 512, "lloyd"), ("kmeans++", 512, "model"), ("kmeans++", 512, "lloyd")]
+
+
+def eval_curves(shift: float, steps: int = 3) -> dict[tuple[str, int], dict[str, list[float]]]:
+    """Per (init, n): the mean log objective of each method at steps 0..steps."""
+    tail = [1.2 + shift] * (steps - 3)
+    return {
+        ("random", 512): {"model": [3.0, 2.0 + shift, 1.6 + shift, 1.5 + 2 * shift, *tail], "lloyd": [3.0, 2.2, 1.9 + shift, 1.8 + shift, *tail]},
+        ("kmeans++", 512): {"model": [2.0, 1.5, 1.4 + shift, 1.3 + shift, *tail], "lloyd": [2.0, 1.7, 1.6, 1.6 - shift, *tail]},
+    }
+
+
+def write_run(folder: Path, metrics: dict[str, float], curves: dict[tuple[str, int], dict[str, list[float]]] | None) -> Path:
+    """A run folder as ``ktframe fit`` (summary.json) and ``ktframe eval`` (eval/eval.json) leave it."""
+    folder.mkdir(parents=True)
+    summary = {
+        "run_id": folder.name, "run_dir": str(folder), "global_step": 60, "world_size": 1, "rank": 0,
+        "best_checkpoint": str(folder / "checkpoints" / "best.ckpt"), "last_checkpoint": str(folder / "checkpoints" / "last.ckpt"),
+        "best_val_ratio": metrics["val/ratio"], "metrics": {"train/loss": 1.2, **metrics},
+    }
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+    if curves is not None:
+        settings = [{"init": init, "n": n, "log_objective": methods} for (init, n), methods in curves.items()]
+        report = {
+            "variant": "learned", "reference": None, "family": "gaussian", "tasks": 320, "steps": len(settings[0]["log_objective"]["model"]) - 1,
+            "primary": {"init": settings[0]["init"], "n": settings[0]["n"]}, "log_objective": settings[0]["log_objective"],
+            "settings": settings, "checkpoint": summary["best_checkpoint"],
+        }
+        (folder / "eval").mkdir()
+        (folder / "eval" / "eval.json").write_text(json.dumps(report, indent=2))
+    return folder
+
+
+def write_runs(root: Path, evaluated: tuple[str, ...] = tuple(RATIOS)) -> Path:
+    """The three runs of RATIOS below ``root`` (those in ``evaluated`` with an eval.json), and a
+    folder that is not a run."""
+    for name, ratio in RATIOS.items():
+        metrics = {"val/ratio": ratio, "val/objective": 3.1, **({"val/ari": ARIS[name]} if name in ARIS else {})}
+        write_run(root / name, metrics, eval_curves(SHIFTS[name]) if name in evaluated else None)
+    (root / "notes").mkdir()
+    (root / "notes" / "todo.txt").write_text("not a run\n")
+    return root
+
+
+def no_nan(constant: str) -> None:
+    raise AssertionError(f"{constant} in the report's JSON")
+
+
+def assert_stats(found: dict, values: list[float], count: str = "n") -> None:
+    """``found`` holds the mean, the sample std, the count and the 95 % Student-t interval of ``values``."""
+    array = np.array(values)
+    assert found[count] == len(values)
+    assert found["mean"] == pytest.approx(array.mean(), abs=1e-12)
+    assert found["std"] == pytest.approx(array.std(ddof=1), abs=1e-12)
+    interval = stats.t.interval(0.95, len(values) - 1, loc=array.mean(), scale=stats.sem(array))
+    assert found["ci95"] == pytest.approx(list(interval), abs=1e-12)
+
+
+def test_report_aggregates_every_run_below_the_folder(tmp_path: Path) -> None:
+    root = write_runs(tmp_path / "runs")
+    done = ok(run_cli(["report", str(root), "--json"], tmp_path, timeout=60))
+    report = json.loads(done.stdout, parse_constant=no_nan)
+
+    assert report["runs"] == 3
+    assert report["paths"] == ["a", "b", "deep/group/c"]
+    assert list(report["metrics"]) == ["val/ratio", "val/objective", "val/ari"]  # val/ only: no train/loss
+    assert_stats(report["metrics"]["val/ratio"], list(RATIOS.values()))
+    assert_stats(report["metrics"]["val/ari"], list(ARIS.values()))
+    assert report["metrics"]["val/objective"]["std"] == 0.0
+
+    assert [(row["init"], row["n"], row["method"]) for row in report["eval"]] == ROWS
+    for row in report["eval"]:
+        curves = np.array([eval_curves(shift)[(row["init"], row["n"])][row["method"]] for shift in SHIFTS.values()])
+        assert_stats(row, list(curves[:, -1]), count="runs")
+        assert row["curve"]["mean"] == pytest.approx(list(curves.mean(axis=0)), abs=1e-12)
+        assert row["curve"]["std"] == pytest.approx(list(curves.std(axis=0, ddof=1)), abs=1e-12)
+
+    assert json.loads((root / "report.json").read_text(), parse_constant=no_nan) == report
+    text = (root / "report.md").read_text()
+    assert f"3 runs in {root}" in text.splitlines()[0]
+    assert "| val/ratio | 1.0000 ± 0.1000 |" in text
+    assert "| random | 512 | model |" in text
+    assert (root / "report.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_out_folder_markdown_and_missing_values(tmp_path: Path) -> None:
+    """A run without eval.json, a diverged metric (NaN) and a diverged curve (Infinity) are left
+    out of their means, and the counts say so."""
+    root = write_runs(tmp_path / "runs", evaluated=("a", "deep/group/c"))
+    summary = json.loads((root / "b" / "summary.json").read_text())
+    summary["metrics"]["val/ari"] = float("nan")
+    (root / "b" / "summary.json").write_text(json.dumps(summary))
+    evaluation = json.loads((root / "a" / "eval" / "eval.json").read_text())
+    evaluation["settings"][0]["log_objective"]["model"][2] = float("inf")
+    (root / "a" / "eval" / "eval.json").write_text(json.dumps(evaluation))
+    out = tmp_path / "reports" / "today"
+    done = ok(run_cli(["report", str(root), "--out", str(out)], tmp_path, timeout=60))
+
+    names = ("report.json", "report.md", "report.png")
+    assert done.stdout.startswith(f"# ktframe report: 3 runs in {root}")
+    assert done.stdout.strip().splitlines()[-1] == "written: " + ", ".join(str(out / name) for name in names)
+    assert all((out / name).is_file() for name in names)
+    assert not list(root.glob("report.*"))
+    report = json.loads((out / "report.json").read_text(), parse_constant=no_nan)
+    assert report["metrics"]["val/ratio"]["n"] == 3
+    assert report["metrics"]["val/ari"] == {"mean": ARIS["a"], "std": 0.0, "n": 1, "ci95": None}
+    assert [(row["init"], row["n"], row["method"]) for row in report["eval"]] == ROWS
+    assert [row["runs"] for row in report["eval"]] == [1, 2, 2, 2]  # b has no eval.json; a's random model curve diverged
+    finals = [eval_curves(SHIFTS[name])[("random", 512)]["lloyd"][-1] for name in ("a", "deep/group/c")]
+    assert_stats(report["eval"][1], finals, count="runs")
+    assert (out / "report.md").read_text().strip() == done.stdout.strip().rsplit("\n\n", 1)[0].strip()
+
+
+def test_one_run_folder_without_evaluation(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", {"val/ratio": 0.95}, None)
+    report = json.loads(ok(run_cli(["report", str(run), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+
+    assert report == {"runs": 1, "paths": ["."], "metrics": {"val/ratio": {"mean": 0.95, "std": 0.0, "n": 1, "ci95": None}}, "eval": []}
+    assert "No evaluation was found" in (run / "report.md").read_text()
+    assert not (run / "report.png").exists()
+
+
+def _missing(tmp_path: Path) -> tuple[list[str], str]:
+    return [str(tmp_path / "nowhere")], "no such folder"
+
+
+def _empty(tmp_path: Path) -> tuple[list[str], str]:
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    return [str(tmp_path / "empty")], f"no runs (no summary.json) below {tmp_path / 'empty'}"
+
+
+def _garbled_summary(tmp_path: Path) -> tuple[list[str], str]:
+    root = write_runs(tmp_path / "runs")
+    (root / "b" / "summary.json").write_text('{"metrics": {"val/ratio": 1.0')
+    return [str(root)], f"{root / 'b' / 'summary.json'}: not valid JSON"
+
+
+def _garbled_eval(tmp_path: Path) -> tuple[list[str], str]:
+    root = write_runs(tmp_path / "runs")
+    (root / "a" / "eval" / "eval.json").write_text('{"settings": [{"init": "random", "n": "512"}]}')
+    return [str(root)], f"{root / 'a' / 'eval' / 'eval.json'}: settings[0]"
+
+
+def _steps_differ(tmp_path: Path) -> tuple[list[str], str]:
+    root = tmp_path / "runs"
+    write_run(root / "a", {"val/ratio": 0.9}, eval_curves(0.0))
+    write_run(root / "b", {"val/ratio": 1.0}, eval_curves(0.1, steps=5))
+    return [str(root)], "has 5 steps but"
+
+
+def _out_under_a_file(tmp_path: Path) -> tuple[list[str], str]:
+    root = write_runs(tmp_path / "runs")
+    (tmp_path / "file.txt").write_text("a regular file\n")
+    return [str(root), "--out", str(tmp_path / "file.txt" / "reports")], f"{tmp_path / 'file.txt'} is a file, not a folder"
+
+
+BAD_INPUT = {setup.__name__.strip("_"): setup for setup in (_missing, _empty, _garbled_summary, _garbled_eval, _steps_differ, _out_under_a_file)}
+
+
+@pytest.fixture(scope="module")
+def bad_input(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess, str, Path]]:
+    """Every BAD_INPUT case, each in a folder of its own, run all at once: each start of the CLI
+    costs seconds, mostly importing, and the cases do not depend on one another."""
+    cases = {name: (tmp_path_factory.mktemp(name), setup) for name, setup in BAD_INPUT.items()}
+    prepared = {name: (folder, *setup(folder)) for name, (folder, setup) in cases.items()}
+    with ThreadPoolExecutor(len(prepared)) as pool:
+        done = {name: pool.submit(run_cli, ["report", *args, "--json"], folder, timeout=60) for name, (folder, args, _) in prepared.items()}
+    return {name: (done[name].result(), fragment, folder) for name, (folder, _, fragment) in prepared.items()}
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_is_one_line_and_writes_nothing(bad_input: dict, case: str) -> None:
+    done, fragment, folder = bad_input[case]
+    assert fragment in one_line_error(done, "report")
+    assert not list(folder.rglob("report.*"))
+
+
+def test_help_lists_the_command() -> None:
+    """The command's help text goes through argparse's %-formatting: a bare % would break ``ktframe --help``."""
+    assert "report" in build_parser().format_help()
