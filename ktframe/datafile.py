@@ -76,6 +76,20 @@ def _load_csv(path: Path) -> np.ndarray:
     return values
 
 
+def _umask() -> int:
+    """The process's umask, read without setting it (Linux reports it in /proc; elsewhere the usual 022)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
+_NEW_FILE_MODE = 0o666 & ~_umask()
+
+
 def write_atomically(path: str | os.PathLike, content: Iterable[str] | bytes) -> None:
     """Write ``content`` (lines of text, or bytes) to ``path`` through a temporary file in the same
     folder, so that a failure leaves either the old file or none, never a partial one."""
@@ -90,6 +104,7 @@ def write_atomically(path: str | os.PathLike, content: Iterable[str] | bytes) ->
     except OSError as exc:
         raise InputError(f"{path}: cannot write in the folder {folder} ({exc.strerror}); expected a writable folder") from None
     try:
+        os.fchmod(fd, _NEW_FILE_MODE)  # mkstemp makes it private (0600); a written file is an ordinary one
         with os.fdopen(fd, "wb") as handle:
             handle.write(content if isinstance(content, bytes) else "".join(line + "\n" for line in content).encode("utf-8"))
         os.replace(tmp, path)

@@ -78,7 +78,7 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
     assert json.loads(ktframe("report", "runs", "--json").stdout)["runs"] == 1
     variants = {v["name"] for v in json.loads(ktframe("plugins", "--json").stdout)["variants"]}
     assert {"lloyd", "lloyd-dot", "soft", "spherical", "trimmed", "robust", "kmedoids"} <= variants
-    assert json.loads(ktframe("verify", "--n", "200", "--k", "3", "--layers", "3", "--json").stdout)["passed"]
+    assert json.loads(ktframe("verify", "--n", "200", "--k", "3", "--layers", "3", "--gamma", "inf", "--dtype", "float64", "--json").stdout)["passed"]
     (work / "points.csv").write_text("x,y\n" + "\n".join(f"{i % 7},{i % 5}" for i in range(40)) + "\n")
     ktframe("cluster", "points.csv", "--k", "3", "--out", "labels.csv")
     assert (work / "labels.csv").read_text().splitlines()[0] == "label"
