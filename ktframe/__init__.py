@@ -8,7 +8,7 @@ Public interface::
     ktframe.hookimpl                                                         # for plugins
 """
 
-from ktframe import malloc, reference
+from ktframe import reference
 from ktframe.errors import InputError, KtframeError, PluginError, UnknownNameError
 from ktframe.estimator import TransformerKMeans
 from ktframe.hookspecs import hookimpl
@@ -29,5 +29,3 @@ __all__ = [
     "hookimpl",
     "reference",
 ]
-
-malloc.pin_thresholds()

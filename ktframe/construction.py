@@ -11,7 +11,7 @@ from torch import nn
 
 from ktframe.components.maps import AttentionMap
 from ktframe.components.scores import Score
-from ktframe.model import MEMORY_BLOCK, AttentionHead, Layer, Linear, Select
+from ktframe.model import AttentionHead, Layer, Linear, Select
 from ktframe.pluginmanager import registry
 
 
@@ -143,14 +143,9 @@ def lloyd_family_layer(
 
 class HeadGroup(nn.Module):
     """Heads side by side, each writing its own run of one contiguous slot: multi-head attention
-    whose heads' outputs are concatenated. To a layer it is one head (``slot``, ``project``,
-    ``attend``, ``needs_row_blocks``, ``linear_attention``, ``slot_factor``), so a construction
-    can give a stream several heads where the layer has one, e.g. one head per data coordinate.
-    Its heads' projections travel concatenated, so a group holds no linear-attention head (whose
-    projection is a pair of key sums, not one row per key), and it is never an in-place rescale."""
-
-    linear_attention = False
-    slot_factor = None
+    whose heads' outputs are concatenated. To a layer it is one head (``slot``, called with
+    queries and keys), so a construction can give a stream several heads where the layer has one,
+    e.g. one head per data coordinate."""
 
     def __init__(self, width: int, heads: Sequence[AttentionHead]) -> None:
         super().__init__()
@@ -158,31 +153,16 @@ class HeadGroup(nn.Module):
         for before, after in zip(heads, heads[1:]):
             if before.slot.stop != after.slot.start:
                 raise ValueError("the heads of a group write consecutive runs of coordinates, in order")
-        if any(head.linear_attention or head.slot_factor is not None for head in heads):
-            raise ValueError("a HeadGroup cannot hold a linear-attention head or an in-place reset; give it a layer slot of its own")
         self.slot = slice(heads[0].slot.start, heads[-1].slot.stop)
         probe = torch.zeros(1, 1, width)
-        self.widths = [(head.k(probe).shape[-1], head.v(probe).shape[-1]) for head in heads]  # how project() concatenates
-
-    @property
-    def needs_row_blocks(self) -> bool:
-        return any(head.needs_row_blocks for head in self.heads)
+        self.widths = [(head.k(probe).shape[-1], head.v(probe).shape[-1]) for head in heads]  # each head's K and V widths
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return self.attend(queries, *self.project(keys))
+        return torch.cat([head(queries, keys) for head in self.heads], dim=-1)
 
     def weights(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """The heads' attention maps ``(B, m, n)``, averaged (for inspection and pictures)."""
         return torch.stack([head.weights(queries, keys) for head in self.heads]).mean(dim=0)
-
-    def project(self, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        projected = [head.project(keys) for head in self.heads]
-        return torch.cat([k for k, _ in projected], dim=-1), torch.cat([v for _, v in projected], dim=-1)
-
-    def attend(self, queries: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int = MEMORY_BLOCK) -> torch.Tensor:
-        ks = k.split([kw for kw, _ in self.widths], dim=-1)
-        vs = v.split([vw for _, vw in self.widths], dim=-1)
-        return torch.cat([head.attend(queries, hk, hv, block) for head, hk, hv in zip(self.heads, ks, vs)], dim=-1)
 
 
 def stack(make_layer: Callable[[], Layer], n_layers: int, share_weights: bool) -> list[Layer]:

@@ -25,7 +25,6 @@ and ``KTFRAME_NO_KERNELS=1`` turns them off (PyTorch's own ops are used then, as
 from __future__ import annotations
 
 import functools
-import os
 from typing import NamedTuple
 
 import numba
@@ -33,13 +32,15 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from ktframe import switches
+
 OFF_ENV = "KTFRAME_NO_KERNELS"
 _KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
 def usable(*tensors: torch.Tensor) -> bool:
     """Whether the kernels apply to these tensors: CPU, float32/float64, no autograd, not turned off."""
-    if os.environ.get(OFF_ENV, "") not in ("", "0"):
+    if switches.on(OFF_ENV):
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:  # a loop, not all(...) over a generator: this runs several times per layer

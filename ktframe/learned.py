@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from ktframe.hookspecs import Register, hookimpl
+from ktframe.fast import accelerate
+from ktframe.hookspecs import RegisterVariant, hookimpl
 from ktframe.model import AttentionHead, KMeansTransformer, Layer, Linear
 from ktframe.variant import Tolerance, Variant
 
@@ -29,7 +30,7 @@ def build(
     norm: str = "identity",
     scale: float | None = None,
     dropout: float = 0.01,
-    share_weights: bool = True,
+    share_weights: bool = True, fast: bool = True,
 ) -> KMeansTransformer:
     """``scale=None`` is 1/√d_emb. With ``share_weights`` one layer serves every step."""
     from ktframe.pluginmanager import registry
@@ -50,13 +51,13 @@ def build(
         return Layer(head(), head(), head(), head(), point_norm=make_norm(width), center_norm=make_norm(width))
 
     layers = [layer()] if share_weights else [layer() for _ in range(n_layers)]
-    return KMeansTransformer(embed, layers, d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(embed, layers, d=d, k=k, n_layers=n_layers)
+    return accelerate(model) if fast else model
 
 
 @hookimpl
-def ktframe_register_variants(register: Register) -> None:
+def ktframe_register_variants(register: RegisterVariant) -> None:
     register(
-        "learned",
         Variant(
             name="learned",
             summary="learnable heads (Q, K, V with bias), Euclidean softmax, gamma=1, 1/sqrt(d_emb) scale, dropout",

@@ -8,6 +8,10 @@ Environment:
 - ``KTFRAME_STRICT_PLUGINS=1``: a plugin that fails to load or register is an error, not a warning.
 - ``KTFRAME_DISABLE_PLUGINS=1`` (or a comma-separated list of entry-point names): skip those
   entry points; the built-in components still load. ``ktframe --no-plugins`` sets it to 1.
+
+Both read ``0``, ``false``, ``no``, ``off`` and the empty string (any case) as off
+(:mod:`ktframe.switches`); ``KTFRAME_DISABLE_PLUGINS`` takes ``1``, ``true``, ``yes``, ``on`` or
+``all`` as every entry point and any other value as a list of names.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 import pluggy
 
-from ktframe import hookspecs
+from ktframe import hookspecs, switches
 from ktframe.errors import PluginError
 from ktframe.registry import Entry, Provenance, Registry
+from ktframe.variant import Variant
 
 ENTRY_POINT_GROUP = "ktframe"
 DISABLE_ENV = "KTFRAME_DISABLE_PLUGINS"
@@ -72,17 +77,21 @@ class PluginState:
     failures: list[PluginFailure]
 
 
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-
-
 def _disabled_entry_points() -> set[str] | bool:
-    value = os.environ.get(DISABLE_ENV, "").strip()
-    if value.lower() in ("", "0", "false", "no"):
+    value = os.environ.get(DISABLE_ENV, "")
+    if not switches.is_on(value):
         return set()
-    if value.lower() in ("1", "true", "yes", "all"):
+    if value.strip().lower() in ("1", "true", "yes", "on", "all"):
         return True
     return {part.strip() for part in value.split(",") if part.strip()}
+
+
+def disabled() -> str:
+    """What of the installed plugins is switched off, in words for an error message ("" if none)."""
+    names = _disabled_entry_points()
+    if names is True:
+        return f"installed plugins are disabled (--no-plugins or {DISABLE_ENV})"
+    return f"these installed plugins are disabled ({DISABLE_ENV}): {', '.join(sorted(names))}" if names else ""
 
 
 def _error_text(exc: BaseException) -> str:
@@ -90,7 +99,7 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _fail(failures: list[PluginFailure], failure: PluginFailure) -> None:
-    if _flag("KTFRAME_STRICT_PLUGINS"):
+    if switches.on("KTFRAME_STRICT_PLUGINS"):
         raise PluginError(f"{failure} (KTFRAME_STRICT_PLUGINS is set)")
     failures.append(failure)
     warnings.warn(str(failure), PluginLoadWarning, stacklevel=3)
@@ -143,6 +152,34 @@ def _check_hook_names(pm: pluggy.PluginManager, provenances: dict[str, Provenanc
         raise PluginError(f"{where}{exc} (known hooks: {known})") from None
 
 
+def registrar(kind: str, provenance: Provenance, staged: list[Entry]) -> Callable[..., None]:
+    """The ``register`` callback that a hook filling ``kind`` receives, appending to ``staged``:
+    ``register(name, obj)`` for a component, ``register(variant)`` for a variant
+    (:mod:`ktframe.hookspecs` says what each hook registers)."""
+
+    def register(name: str, obj: Any) -> None:
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"{provenance} registered a {kind} with an invalid name {name!r}; expected a non-empty string")
+        staged.append(Entry(kind, name, obj, provenance))
+
+    if kind != "variant":
+        return register
+
+    def register_variant(*args: Any) -> None:
+        if len(args) not in (1, 2):
+            raise PluginError(f"{provenance} called register() with {len(args)} arguments; a variant is registered as register(variant)")
+        variant = args[-1]
+        if not isinstance(variant, Variant):
+            raise PluginError(f"{provenance} registered a {type(variant).__name__} as a variant; expected a ktframe.Variant")
+        if len(args) == 2:  # the older register(name, variant): accepted while the names agree
+            if args[0] != variant.name:
+                raise PluginError(f"{provenance} registered the variant named {variant.name!r} as {args[0]!r}; call register(variant), which uses variant.name")
+            warnings.warn(f"{provenance}: register(name, variant) is deprecated; call register(variant)", DeprecationWarning, stacklevel=2)
+        register(variant.name, variant)
+
+    return register_variant
+
+
 def _fill_registry(pm: pluggy.PluginManager, provenances: dict[str, Provenance], failures: list[PluginFailure]) -> tuple[Registry, list[PluginInfo]]:
     """Call every registration hook of every plugin, one plugin at a time, built-ins first.
 
@@ -162,13 +199,7 @@ def _fill_registry(pm: pluggy.PluginManager, provenances: dict[str, Provenance],
                 for impl in getattr(pm.hook, hook_name).get_hookimpls():
                     if impl.plugin_name != plugin_name:
                         continue
-
-                    def register(name: str, obj: Any, _staged: list[Entry] = staged, _p: Provenance = provenance, _kind: str = kind) -> None:
-                        if not isinstance(name, str) or not name:
-                            raise PluginError(f"{_p} registered a {_kind} with an invalid name {name!r}; expected a non-empty string")
-                        _staged.append(Entry(_kind, name, obj, _p))
-
-                    impl.function(register=register)
+                    impl.function(register=registrar(kind, provenance, staged))
         except Exception as exc:  # noqa: BLE001 - a plugin's own bug, invalid names included, is reported
             _fail(failures, PluginFailure(plugin_name, provenance.distribution, hook_name, _error_text(exc)))
             pm.unregister(name=plugin_name)  # so that state.manager, like the registry, holds none of it

@@ -15,7 +15,8 @@ Each check builds the variant through the registry (so through its entry point) 
 tasks and fails with an ``AssertionError`` that names the check and says what was expected:
 
 - ``registered``: the variant is registered under its own name, its ``build`` takes the keyword
-  arguments ``d``, ``k`` and ``n_layers``, and it declares a classical reference;
+  arguments ``d``, ``k`` and ``n_layers``, it declares a classical reference, and the setting at
+  which it equals that reference (``Variant.exact``, which ``ktframe verify`` runs by default);
 - ``shapes``: centers ``(B, k, d)``, assignments ``(B, n, k)`` (non-negative rows summing to 1),
   trajectory ``(B, layers + 1, k, d)`` starting at the initial centers, all finite;
 - ``dtypes``: a float32 model returns float32 and a float64 model float64, and so does the reference;
@@ -136,6 +137,10 @@ class _Suite:
         assert not missing, f"build() lacks the keyword argument(s) {', '.join(missing)}"
         assert spec.reference is not None, "declares no classical reference (Variant.reference is None)"
         assert spec.classical, "declares no name for its classical algorithm (Variant.classical)"
+        assert spec.exact is not None, (
+            "declares no exact setting (Variant.exact), the setting at which it equals its reference and which "
+            "`ktframe verify` runs by default; e.g. exact={'gamma': math.inf, 'dtype': 'float64'}"
+        )
 
     def shapes(self) -> None:
         B, n, d, k, L = self.p.batch, self.p.n, self.p.d, self.p.k, self.p.layers

@@ -34,7 +34,14 @@ class Variant:
       (k-medoids), which ``ktframe verify`` then checks exactly;
     - ``training``: config overrides that ``ktframe fit variant=NAME`` applies on top of the
       preset (e.g. ``{"model": {"gamma": 100.0}}``): the setting at which a learnable version of
-      the variant trains sensibly.
+      the variant trains sensibly;
+    - ``exact``: the setting at which the model equals its reference up to float rounding, which
+      ``ktframe verify --variant NAME`` runs when no flag says otherwise: ``gamma`` (``math.inf``
+      for the hard limit), ``dtype`` (``"float32"`` or ``"float64"``) and any build option, e.g.
+      ``{"gamma": math.inf, "dtype": "float64"}``. None declares none: ``ktframe verify`` then
+      runs ktframe's default (gamma=1e4, float32) and the conformance suite fails the variant.
+      An unknown key or a bad value is an :class:`~ktframe.errors.InputError` when the Variant
+      is created.
 
     Build options that the reference also takes (``trim``, ``beta``, ``seed``, ...) are passed
     to it under the same name, so that both run the same algorithm.
@@ -48,6 +55,11 @@ class Variant:
     tolerance: Callable[[torch.dtype, float], "Tolerance"]
     centers_are_points: bool = False
     training: Mapping[str, Any] = field(default_factory=dict)
+    exact: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.exact is not None:
+            object.__setattr__(self, "exact", check_exact(self, self.exact))
 
     def run_reference(self, X: torch.Tensor, C0: torch.Tensor, n_iter: int, gamma: float, options: Mapping[str, Any] | None = None) -> ClusteringResult:
         """The reference from ``C0``, given the temperature and those build ``options`` it takes."""
@@ -91,6 +103,39 @@ def resolve_dtype(dtype: Any) -> torch.dtype:
     if dtype in DTYPES:
         return DTYPES[dtype]
     raise InputError(f"unsupported dtype {dtype!r}; expected one of: {', '.join(DTYPES)}")
+
+
+def check_exact(variant: Variant, exact: Mapping[str, Any]) -> dict[str, Any]:
+    """``exact`` as a new dict, once its keys are ``dtype`` or build options of ``variant`` and
+    its ``gamma`` and ``dtype`` valid; otherwise a one-line :class:`InputError`."""
+    if not isinstance(exact, Mapping):
+        raise InputError(f"variant {variant.name!r} declares exact={exact!r}; expected a dict such as {{'gamma': math.inf, 'dtype': 'float64'}}")
+    valid = ["dtype", *variant.options()]
+    for key in exact:
+        if key not in valid:
+            hint = closest(str(key), valid)
+            suggestion = f" (did you mean {hint!r}?)" if hint else ""
+            raise InputError(f"variant {variant.name!r} declares an exact setting with unknown key {key!r}; expected dtype or a build option: {', '.join(valid)}{suggestion}")
+    exact = dict(exact)
+    if "gamma" in exact:
+        exact["gamma"] = check_gamma(exact["gamma"])
+    if "dtype" in exact:
+        resolve_dtype(exact["dtype"])
+    return exact
+
+
+def setting_text(setting: Mapping[str, Any]) -> str:
+    """``gamma=inf dtype=float64 trim=0.1``: a setting as the command line shows it."""
+    return " ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={dtype_name(value)}" for key, value in setting.items())
+
+
+def setting_json(setting: Mapping[str, Any]) -> dict[str, Any]:
+    """A setting as JSON can hold it: infinite floats as ``"inf"``, dtypes by name."""
+    return {key: ("inf" if value > 0 else "-inf") if isinstance(value, float) and math.isinf(value) else dtype_name(value) for key, value in setting.items()}
+
+
+def dtype_name(value: Any) -> Any:
+    return str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
 
 
 def check_options(variant: Variant, options: dict[str, Any]) -> None:

@@ -1,8 +1,10 @@
 """The paper's numerical-equivalence check: a variant's hand-built model against its classical
-reference, layer by layer, on the paper's data (or any other setting)."""
+reference, layer by layer, on the paper's data (or any other setting), by default at the setting
+the variant declares exact (:attr:`ktframe.Variant.exact`)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,28 +16,88 @@ from ktframe.errors import InputError
 from ktframe.reference import random_points
 from ktframe.tasks import mixture
 from ktframe.validation import check_gamma, check_n_clusters, check_positive_int
-from ktframe.variant import build_model, get_variant, resolve_dtype
+from ktframe.variant import Variant, build_model, dtype_name, get_variant, resolve_dtype, setting_json, setting_text
 
 
 ONE_HOT_ATOL = 1e-6
+#: The paper's temperature and precision: what a variant that declares no exact setting runs at.
+PAPER_GAMMA = 1e4
+PAPER_DTYPE = "float32"
 
 
 @dataclass(frozen=True)
 class Setting:
-    """The paper's check: 10 000 points, 2 000 per component, 2-D, scaled to [0, 1], gamma = 1e4, float32."""
+    """What ``ktframe verify`` runs, on the paper's data: 10 000 points, 2 000 per component,
+    2-D, scaled to [0, 1], 10 layers, seed 5487.
+
+    ``gamma``, ``dtype`` and ``options`` left unset (None, empty) take the variant's declared exact
+    setting (:attr:`ktframe.Variant.exact`); each one given here overrides that key. A variant
+    that declares none runs at the paper's gamma = 1e4 in float32."""
 
     n: int = 10_000
     d: int = 2
     k: int = 5
     layers: int = 10
-    gamma: float = 1e4
+    gamma: float | None = None
     seed: int = 5487
-    dtype: str = "float32"
+    dtype: str | torch.dtype | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """The temperature, precision and build options a run uses, and how they relate to the
+    variant's declared exact setting: ``overridden`` names the keys given with another value."""
+
+    gamma: float
+    dtype: torch.dtype
+    options: dict[str, Any]
+    exact: dict[str, Any] | None
+    overridden: list[str]
+
+    @property
+    def at_exact_setting(self) -> bool:
+        return self.exact is not None and not self.overridden
+
+
+_UNSET = object()
+
+
+def resolve_setting(spec: Variant, setting: Setting = Setting()) -> Resolved:
+    """``setting``'s gamma, dtype and options over the variant's declared exact setting (where a
+    key is declared in neither, the build's own default; gamma 1e4 and float32 when the variant
+    declares nothing)."""
+    defaults = {name: p.default for name, p in inspect.signature(spec.build).parameters.items() if p.default is not inspect.Parameter.empty}
+    if spec.exact is None:
+        base = {"gamma": PAPER_GAMMA, "dtype": PAPER_DTYPE}
+    else:
+        base = {"gamma": defaults.get("gamma", PAPER_GAMMA), "dtype": PAPER_DTYPE, **spec.exact}
+    given = dict(setting.options)
+    if setting.gamma is not None:
+        given["gamma"] = check_gamma(setting.gamma)
+    if setting.dtype is not None:
+        given["dtype"] = resolve_dtype(setting.dtype)
+    overridden = [key for key, value in given.items() if not _same(key, value, base.get(key, defaults.get(key, _UNSET)))]
+    chosen = {**base, **given}
+    options = {key: value for key, value in chosen.items() if key not in ("gamma", "dtype")}
+    exact = None if spec.exact is None else dict(spec.exact)
+    return Resolved(check_gamma(chosen["gamma"]), resolve_dtype(chosen["dtype"]), options, exact, overridden)
+
+
+def _same(key: str, value: Any, declared: Any) -> bool:
+    if declared is _UNSET:
+        return False
+    if key == "dtype":
+        return resolve_dtype(value) == resolve_dtype(declared)
+    try:
+        return bool(value == declared)
+    except Exception:  # noqa: BLE001 - values that do not compare are not the same
+        return False
+
+
 def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
-    """Run the model and the reference from the same initial centers; report how far apart."""
+    """Run the model and the reference from the same initial centers; report how far apart.
+    Unless ``setting`` says otherwise, at the variant's declared exact setting."""
     spec = get_variant(variant)
     if spec.reference is None:
         raise InputError(f"variant {variant!r} declares no classical reference to verify against")
@@ -43,18 +105,18 @@ def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
     d = check_positive_int(setting.d, "d")
     k = check_n_clusters(setting.k, n)
     layers = check_positive_int(setting.layers, "layers")
-    gamma = check_gamma(setting.gamma)
+    resolved = resolve_setting(spec, setting)
+    gamma, dtype, options = resolved.gamma, resolved.dtype, resolved.options
     seed = check_positive_int(setting.seed, "seed", minimum=0)
-    dtype = resolve_dtype(setting.dtype)
 
     generator = torch.Generator().manual_seed(seed)
     X, _ = mixture(1, n, d, k, sizes="equal", generator=generator, dtype=torch.float64)
     X = X.to(dtype)
     C0 = random_points(X, k, generator)
-    model = build_model(variant, d=d, k=k, n_layers=layers, gamma=gamma, dtype=dtype, **setting.options)
+    model = build_model(variant, d=d, k=k, n_layers=layers, gamma=gamma, dtype=dtype, **options)
     with torch.no_grad():
         got = model(X, C0)
-    want = spec.run_reference(X, C0, layers, gamma, setting.options)
+    want = spec.run_reference(X, C0, layers, gamma, options)
 
     errors = (got.trajectory - want.trajectory).abs().amax(dim=(0, 2, 3))  # per layer
     agreement = (got.labels == want.labels).to(torch.float64).mean().item()
@@ -75,7 +137,11 @@ def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
         "layers": layers,
         "gamma": gamma if math.isfinite(gamma) else "inf",
         "seed": seed,
-        "dtype": setting.dtype if isinstance(setting.dtype, str) else str(dtype).removeprefix("torch."),
+        "dtype": dtype_name(dtype),
+        "options": setting_json(options),
+        "exact_setting": None if resolved.exact is None else setting_json(resolved.exact),
+        "at_exact_setting": resolved.at_exact_setting,
+        "overridden": resolved.overridden,
         "max_center_error": max_error,
         "center_error_per_layer": errors.tolist(),
         "assignment_agreement": agreement,
@@ -86,6 +152,16 @@ def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
         **extra,
         "passed": passed,
     }
+
+
+def setting_line(report: dict[str, Any]) -> str:
+    """One line: whether the run used the variant's declared exact setting, and which it is."""
+    name, exact = report["variant"], report["exact_setting"]
+    if exact is None:
+        return f"setting: {name} declares no exact setting (Variant.exact); what no flag sets is ktframe's default, gamma={PAPER_GAMMA:g} {PAPER_DTYPE}"
+    if report["at_exact_setting"]:
+        return f"setting: {setting_text(exact)}, the declared exact setting of {name}"
+    return f"setting: not the declared exact setting of {name} ({setting_text(exact)}); overridden: {', '.join(report['overridden'])}"
 
 
 def centers_are_points(X: torch.Tensor, trajectory: torch.Tensor) -> bool:
@@ -101,7 +177,9 @@ def _log_objectives(X: torch.Tensor, trajectory: torch.Tensor) -> list[float]:
 def format_report(report: dict[str, Any]) -> str:
     lines = [
         f"ktframe verify: {report['variant']} against {report['classical']}",
-        f"n={report['n']} d={report['d']} k={report['k']} layers={report['layers']} gamma={report['gamma']} seed={report['seed']} dtype={report['dtype']}",
+        f"n={report['n']} d={report['d']} k={report['k']} layers={report['layers']} gamma={report['gamma']} seed={report['seed']} dtype={report['dtype']}"
+        + "".join(f" {key}={value}" for key, value in report["options"].items()),
+        setting_line(report),
         "",
         f"{'layer':>5}  {'log obj (model)':>16}  {'log obj (ref)':>14}  {'max |center error|':>19}",
     ]

@@ -71,7 +71,6 @@ GOOD = Distribution(
         @hookimpl
         def ktframe_register_variants(register):
             register(
-                "good-lloyd",
                 Variant(
                     name="good-lloyd",
                     summary="lloyd's construction, republished by a third-party plugin",
@@ -117,7 +116,6 @@ BROKEN_HOOK = Distribution(
         @hookimpl
         def ktframe_register_variants(register):
             register(
-                "halfway",
                 Variant(
                     name="halfway",
                     summary="never finished registering",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from ktframe import pluginmanager
+from ktframe.errors import InputError
 from ktframe.registry import Entry, Provenance
 from ktframe.testing import CHECKS, check_variant, variant_checks
 from ktframe.variant import Variant, exact_tolerance, get_variant
@@ -48,6 +51,37 @@ def test_a_variant_whose_reference_is_another_algorithm_fails(live_registry):
     checks["shapes"]()  # the model itself is fine ...
     with pytest.raises(AssertionError, match=r"^ktframe conformance check mislabelled:reference: torch.float64: center error .* against the reference, spherical k-means$"):
         checks["reference"]()
+
+
+def test_a_variant_that_declares_no_exact_setting_fails(live_registry):
+    lloyd = get_variant("lloyd")
+    vague = Variant("vague", "lloyd, exact nowhere in particular", lloyd.classical, lloyd.build, lloyd.reference, exact_tolerance)
+    live_registry.add(Entry("variant", "vague", vague, Provenance("test")))
+    check = next(c for c in variant_checks("vague") if c.name == "registered")
+    with pytest.raises(AssertionError, match=r"^ktframe conformance check vague:registered: declares no exact setting \(Variant.exact\)"):
+        check()
+
+
+def test_every_first_party_variant_declares_an_exact_setting():
+    for name in FIRST_PARTY:
+        exact = get_variant(name).exact
+        assert exact is not None and exact["dtype"] == "float64", name
+        assert exact["gamma"] == (100.0 if name == "soft" else math.inf), name
+
+
+@pytest.mark.parametrize(
+    "exact, message",
+    [
+        ({"gama": math.inf}, r"^variant 'x' declares an exact setting with unknown key 'gama'; expected dtype or a build option: dtype, gamma, center_update, .* \(did you mean 'gamma'\?\)$"),
+        ({"gamma": -1.0}, r"^gamma must be a positive number or inf; got -1.0$"),
+        ({"dtype": "float16"}, r"^unsupported dtype 'float16'"),
+        ("gamma=inf", r"^variant 'x' declares exact='gamma=inf'; expected a dict"),
+    ],
+)
+def test_an_invalid_exact_setting_is_refused_when_the_variant_is_made(exact, message):
+    lloyd = get_variant("lloyd")
+    with pytest.raises(InputError, match=message):
+        Variant("x", "s", lloyd.classical, lloyd.build, lloyd.reference, exact_tolerance, exact=exact)
 
 
 def test_a_variant_registered_under_another_name_fails(live_registry):

@@ -301,7 +301,7 @@ def test_skipping_converged_tasks_changes_nothing(variant, options, dtype):
     assert torch.equal(every.n_iter, torch.full((48,), 25))
     assert_same_run(skipping, reference.lloyd(X, C0, 25), atol=ATOL64 if dtype == torch.float64 else 1e-5)
     n_iter = skipping.n_iter
-    if options.get("reset") != "identity":  # only the assignment by cluster tells (Layer._assign)
+    if options.get("reset") != "identity":  # only the assignment by cluster tells (FastLayer._assign)
         assert torch.equal(n_iter, every.n_iter)
         return
     # Rows that the map writes are not compared, so the tied task never counts as settled; the

@@ -51,7 +51,8 @@ def runs(tmp_path_factory):
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {
             "plugins": pool.submit(dists.ktframe, ["plugins", "--json"], [site], strict=True, cwd=root),
-            "verify": pool.submit(dists.ktframe, ["verify", "--variant", "kmedians", "--n", "200", "--layers", "4", "--gamma", "inf", "--dtype", "float64", "--json"], [site], strict=True, cwd=root),
+            # No --gamma or --dtype: the setting the plugin declares exact (gamma=inf, float64).
+            "verify": pool.submit(dists.ktframe, ["verify", "--variant", "kmedians", "--n", "200", "--layers", "4", "--json"], [site], strict=True, cwd=root),
             "suite": pool.submit(own_suite),
             "fit": pool.submit(fit_then_eval),
         }
@@ -68,6 +69,7 @@ def test_it_is_listed_with_every_first_party_variant_and_their_distributions(run
     for name in FIRST_PARTY:
         assert (variants[name]["plugin"], variants[name]["distribution"]) == (name, "ktframe"), variants[name]
     assert variants["kmedians"]["distribution"] == "ktframe-kmedians" and variants["kmedians"]["classical"] == "k-medians"
+    assert variants["kmedians"]["exact"] == {"gamma": "inf", "dtype": "float64"}
     example = next(p for p in info["plugins"] if p["name"] == "kmedians")
     assert example == {
         "name": "kmedians",
@@ -87,6 +89,7 @@ def test_it_passes_verify_against_its_own_reference(runs):
     assert run.returncode == 0, run
     report = run.json()
     assert (report["variant"], report["classical"], report["gamma"], report["dtype"]) == ("kmedians", "k-medians", "inf", "float64")
+    assert report["exact_setting"] == {"gamma": "inf", "dtype": "float64"} and report["at_exact_setting"] is True
     assert report["passed"] is True and report["max_center_error"] <= 1e-9 and report["assignment_agreement"] == 1.0
     # Its objective is k-medians', not Lloyd's: the layers move the centers.
     assert report["center_error_per_layer"][0] == 0.0 and len(set(report["log_objective_transformer"])) > 1

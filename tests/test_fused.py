@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ktframe
-from ktframe.model import AttentionHead
+from ktframe.fast import FastAttentionHead as AttentionHead
 
 
 def explicit(model: torch.nn.Module) -> torch.nn.Module:

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ktframe
-import ktframe.model
+import ktframe.fast
 from ktframe import kernels, reference
 from ktframe.components.maps import Hardmax, count_and_index
-from ktframe.model import CACHE_BLOCK, key_value_sums
+from ktframe.fast import CACHE_BLOCK, key_value_sums
 from ktframe.tasks import mixture
 
 
@@ -143,7 +143,7 @@ def test_blocked_in_place_layers_equal_lloyd_and_the_autograd_path(monkeypatch, 
     # Tiny cache blocks: the in-place path splits both streams into many blocks and streams the
     # center update's key sums block by block; it must still be Lloyd's iteration, and agree with
     # the out-of-place path that autograd takes.
-    monkeypatch.setattr(ktframe.model, "CACHE_BLOCK", 64)
+    monkeypatch.setattr(ktframe.fast, "CACHE_BLOCK", 64)
     g = torch.Generator().manual_seed(0)
     X = torch.randn(2, 300, 3, generator=g, dtype=torch.float64)
     C0 = reference.random_points(X, 5, g)
@@ -184,8 +184,8 @@ def test_in_place_reset_with_any_number_of_writers_equals_the_out_of_place_sum(w
         points, centers = model.embedding.points(X, 4), model.embedding.centers(C0)
         points[..., 3:] = torch.nn.functional.one_hot(torch.randint(0, 4, (2, 40), generator=g), 4)  # an old assignment to erase
         heads = [(layer.point_self, points)] + [(layer.point_cross, centers)] * writers
-        want = layer._update(points.clone(), points.clone(), heads, in_place=False)
-        got = layer._update(points, points, heads, in_place=True)
+        want = layer.update(points.clone(), points.clone(), heads, in_place=False)
+        got = layer.update(points, points, heads, in_place=True)
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
@@ -384,7 +384,7 @@ def test_cluster_attention_equals_linear_attention_over_the_summed_keys(dtype):
     q[:, 0, 0] = 1
     before = tokens.clone()
     own, out = tokens[..., :f], tokens[..., :f]  # the update overwrites the very value it keeps
-    kv, mass = ktframe.model.ClusterSums(keys, sums, sizes).totals()
+    kv, mass = ktframe.fast.ClusterSums(keys, sums, sizes).totals()
     total = torch.bmm(before[..., f : f + e], mass.unsqueeze(-1))
     want = torch.bmm(before[..., f : f + e], kv) / torch.where(total == 0, torch.ones_like(total), total)
     want[:, 0] = before[:, 0, :f]
@@ -476,9 +476,9 @@ def counting(monkeypatch, names):
 @pytest.mark.parametrize("by_cluster", [True, False], ids=["by-cluster", "in-blocks"])
 def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block, by_cluster):
     if cache_block is not None:
-        monkeypatch.setattr(ktframe.model, "CACHE_BLOCK", cache_block)
+        monkeypatch.setattr(ktframe.fast, "CACHE_BLOCK", cache_block)
     if not by_cluster:  # the layer's general path: blocks of rows, key sums of the one-hot slot
-        monkeypatch.setattr(ktframe.model.Layer, "_assign", lambda *args, **kwargs: None)
+        monkeypatch.setattr(ktframe.fast.FastLayer, "_assign", lambda *args, **kwargs: None)
     g = torch.Generator().manual_seed(10 + B)
     X, _ = mixture(B, 300, 3, 5, generator=g, dtype=torch.float64)
     C0 = reference.kmeans_plusplus(X, 5, g)
@@ -540,8 +540,8 @@ def test_ties_in_the_assignment_by_index_are_shared_as_without_kernels(monkeypat
     model = ktframe.build_model("lloyd", d=2, k=3, n_layers=2, reset="identity", dtype=torch.float64)
     calls = counting(monkeypatch, ["add_sparse_key_sums"])
     decided = []
-    map_rows = ktframe.model.AttentionHead.map_rows
-    monkeypatch.setattr(ktframe.model.AttentionHead, "map_rows", lambda head, q, k, task, row: decided.append(torch.stack([task, row], 1).tolist()) or map_rows(head, q, k, task, row))
+    map_rows = ktframe.fast.FastAttentionHead.map_rows
+    monkeypatch.setattr(ktframe.fast.FastAttentionHead, "map_rows", lambda head, q, k, task, row: decided.append(torch.stack([task, row], 1).tolist()) or map_rows(head, q, k, task, row))
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
     with torch.no_grad():
         with_kernels = model(X, C0)

@@ -23,7 +23,9 @@ from ktframe import pluginmanager, reference
 from ktframe.cli.main import main
 from ktframe.errors import PluginError, UnknownNameError
 from ktframe.pluginmanager import BUILTIN_PLUGINS, PluginLoadWarning
+from ktframe.components.scores import Euclidean
 from ktframe.registry import Entry, Provenance, Registry
+from ktframe.variant import Variant, exact_tolerance, get_variant
 
 # Entry-point names, in the order the plugin manager loads them; each registers the variant of its name.
 FIRST_PARTY = ("kmedoids", "lloyd", "lloyd-dot", "robust", "soft", "spherical", "trimmed")
@@ -154,6 +156,10 @@ def test_third_party_plugin_is_listed_with_its_distribution(cli):
     assert variants["good-lloyd"]["classical"] == "Lloyd's algorithm"
     assert variants["good-lloyd"]["options"] == variants["lloyd"]["options"]
     assert variants["lloyd"]["distribution"] == "ktframe"
+    # Each variant's exact setting, the one `ktframe verify` runs by default; good-lloyd declares none.
+    assert variants["lloyd"]["exact"] == {"gamma": "inf", "dtype": "float64"}
+    assert variants["soft"]["exact"] == {"gamma": 100.0, "dtype": "float64"}
+    assert variants["good-lloyd"]["exact"] is None
 
 
 def test_third_party_variant_passes_verify(cli):
@@ -377,10 +383,53 @@ def test_disabled_plugins_leave_unknown_variant_errors_helpful(installed):
     assert str(raised.value) == "unknown variant 'lloyd'; expected one of: learned"
 
 
-# Registry --------------------------------------------------------------------------------------
+# The register callbacks ---------------------------------------------------------------------------
 
 A = Provenance("alpha", "dist-alpha", "1.0")
 B = Provenance("beta", "dist-beta", "2.0")
+
+
+def a_variant(name: str = "mine") -> Variant:
+    return Variant(name=name, summary="s", classical="Lloyd's algorithm", build=get_variant("lloyd").build, reference=reference.lloyd, tolerance=exact_tolerance)
+
+
+def test_a_variant_is_registered_under_its_own_name():
+    staged: list[Entry] = []
+    variant = a_variant()
+    pluginmanager.registrar("variant", A, staged)(variant)
+    assert staged == [Entry("variant", "mine", variant, A)]
+
+
+def test_the_older_register_name_variant_is_accepted_while_the_names_agree():
+    staged: list[Entry] = []
+    register = pluginmanager.registrar("variant", A, staged)
+    with pytest.warns(DeprecationWarning, match=r"register\(name, variant\) is deprecated; call register\(variant\)"):
+        register("mine", a_variant())
+    assert [entry.name for entry in staged] == ["mine"]
+    with pytest.raises(PluginError, match=r"^plugin 'alpha' \(distribution dist-alpha 1.0\) registered the variant named 'mine' as 'yours'; call register\(variant\), which uses variant.name$"):
+        register("yours", a_variant())
+    assert len(staged) == 1
+
+
+def test_a_variant_hook_registers_variants_only():
+    register = pluginmanager.registrar("variant", A, [])
+    with pytest.raises(PluginError, match=r"registered a str as a variant; expected a ktframe.Variant$"):
+        register("lloyd")
+    with pytest.raises(PluginError, match=r"registered a variant with an invalid name ''"):
+        register(a_variant(""))
+    with pytest.raises(PluginError, match=r"called register\(\) with 3 arguments"):
+        register("mine", a_variant(), "extra")
+
+
+def test_a_component_is_registered_under_the_name_given():
+    staged: list[Entry] = []
+    pluginmanager.registrar("score", A, staged)("mine", Euclidean)
+    assert staged == [Entry("score", "mine", Euclidean, A)]
+    with pytest.raises(PluginError, match=r"registered a score with an invalid name None"):
+        pluginmanager.registrar("score", A, staged)(None, Euclidean)
+
+
+# Registry --------------------------------------------------------------------------------------
 
 
 def test_registry_duplicate_names_both_providers():

@@ -303,9 +303,10 @@ DOCUMENTED = {
 @pytest.fixture(scope="module")
 def verify_runs():
     """``ktframe verify`` of every variant at its documented setting (on 400 points), plus
-    trimmed at the default finite gamma; two at a time, each in its own interpreter."""
+    trimmed at a finite gamma (``--gamma`` overrides its declared gamma=inf); two at a time,
+    each in its own interpreter."""
     cases = {name: ("--variant", name, *args, "--n", "400", "--layers", "5", "--json") for name, args in DOCUMENTED.items()}
-    cases["trimmed-default"] = ("--variant", "trimmed", "--json")
+    cases["trimmed-finite"] = ("--variant", "trimmed", "--gamma", "1e4", "--json")
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = dict(zip(cases, pool.map(lambda args: subprocess.run([sys.executable, "-m", "ktframe.cli.main", "verify", *args], capture_output=True, text=True, timeout=600), cases.values())))
     return done
@@ -317,6 +318,7 @@ def test_verify_passes_at_the_documented_setting(verify_runs, variant):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["passed"] is True and report["variant"] == variant and report["dtype"] == "float64"
+    assert report["at_exact_setting"] is True  # the documented setting is the one the variant declares
     assert report["max_center_error"] <= 1e-9 and report["assignment_agreement"] == 1.0
     assert report["center_error_per_layer"][0] == 0.0
     assert report["log_objective_transformer"][-1] == pytest.approx(report["log_objective_reference"][-1], abs=1e-12)
@@ -324,7 +326,7 @@ def test_verify_passes_at_the_documented_setting(verify_runs, variant):
 
 
 def test_verify_trimmed_at_a_finite_gamma_is_a_one_line_error(verify_runs):
-    proc = verify_runs["trimmed-default"]
+    proc = verify_runs["trimmed-finite"]
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == ["ktframe verify: error: trimmed needs hard assignments: its norm-max update counts the members of each cluster; use gamma=inf (got gamma=10000)"]
 
@@ -346,7 +348,7 @@ def test_fit_variant_shorthand_builds_a_learnable_version():
     for overrides, message in (
         (["variant=robst"], r"^unknown variant 'robst'; expected one of: .* \(did you mean 'robust'\?\)$"),
         (["variant=robust", "model.variant=soft"], r"^variant=robust and model.variant=soft name different variants; give one of them$"),
-        (["variant=trimmed", "model.options.trimm=0.1"], r"^unknown option 'trimm' for variant 'trimmed'; expected one of: gamma, trim, share_weights \(did you mean 'trim'\?\)$"),
+        (["variant=trimmed", "model.options.trimm=0.1"], r"^unknown option 'trimm' for variant 'trimmed'; expected one of: gamma, trim, share_weights, fast \(did you mean 'trim'\?\)$"),
     ):
         with pytest.raises(ktframe.KtframeError, match=message):
             load_config(overrides)

@@ -1,7 +1,10 @@
 """``ktframe verify``, run as a user runs it: the real command line, in a subprocess.
 
-At the default setting (the paper's: n = 10 000, d = 2, k = 5, 10 layers, gamma = 1e4, float32,
-seed 5487) the model is a soft clustering: a softmax at gamma = 1e4 cannot separate points whose two
+With no flag it runs the paper's data (n = 10 000, d = 2, k = 5, 10 layers, seed 5487) at the
+setting the variant declares exact (``Variant.exact``: gamma = inf in float64 for lloyd); every
+first-party variant passes there. ``--gamma`` and ``--dtype`` override the declared setting.
+
+At the paper's finite temperature (``--gamma 1e4 --dtype float32``) the model is a soft clustering: a softmax at gamma = 1e4 cannot separate points whose two
 nearest centers are within about 1/gamma in squared distance, so the assignment agreement is about
 0.995, not 1, and the centers drift by up to ~1e-3 (docs/exactness.md). That is why the finite-gamma
 checks ask for >= 0.99 and <= 1e-3, and the hard limit (gamma = inf) for exactly 1 and <= 1e-9.
@@ -21,6 +24,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ["lloyd", "lloyd-dot"]
+FIRST_PARTY = ["lloyd", "lloyd-dot", "soft", "spherical", "trimmed", "robust", "kmedoids"]
+HARD_FLOAT64 = {"gamma": "inf", "dtype": "float64"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,17 +60,24 @@ def check_report_shape(report: dict, layers: int) -> None:
     assert all(b <= a + 1e-12 for a, b in zip(ref, ref[1:]))
 
 
-# --- the paper's setting, finite gamma ------------------------------------------------------------
+# --- finite gamma: one flag away from the declared exact setting -----------------------------------
+
+# lloyd: --gamma alone replaces the declared gamma = inf and keeps the declared float64;
+# lloyd-dot: the paper's own check, float32 too.
+FINITE = {"lloyd": ("--gamma", "1e4"), "lloyd-dot": ("--gamma", "1e4", "--dtype", "float32")}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_default_setting(variant):
-    proc, report = verify_json("--variant", variant)
+def test_gamma_flag_overrides_the_declared_exact_setting(variant):
+    proc, report = verify_json("--variant", variant, *FINITE[variant])
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert report["variant"] == variant
-    assert (report["n"], report["d"], report["k"], report["layers"], report["seed"], report["dtype"]) == (10_000, 2, 5, 10, 5487, "float32")
+    dtype = "float64" if variant == "lloyd" else "float32"
+    assert (report["n"], report["d"], report["k"], report["layers"], report["seed"], report["dtype"]) == (10_000, 2, 5, 10, 5487, dtype)
     assert report["gamma"] == 1e4
+    assert report["exact_setting"] == HARD_FLOAT64 and report["at_exact_setting"] is False
+    assert report["overridden"] == (["gamma"] if variant == "lloyd" else ["gamma", "dtype"])
     assert report["max_center_error"] <= 1e-3
     assert report["assignment_agreement"] >= 0.99
     assert report["passed"] is True
@@ -76,14 +88,15 @@ def test_default_setting(variant):
         assert abs(a - b) < 2e-3
 
 
-# --- the hard limit: exact ----------------------------------------------------------------------
+# --- the hard limit: exact, and what verify runs with no flag -----------------------------------
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_hard_limit_float64_is_exact(variant):
-    proc, report = verify_json("--variant", variant, "--gamma", "inf", "--dtype", "float64")
+    proc, report = verify_json("--variant", variant)  # the declared exact setting: gamma = inf, float64
     assert proc.returncode == 0, proc.stderr
     assert report["gamma"] == "inf" and report["dtype"] == "float64"
+    assert report["exact_setting"] == HARD_FLOAT64 and report["at_exact_setting"] is True and report["overridden"] == []
     assert report["assignment_agreement"] == 1.0
     assert report["max_center_error"] <= 1e-9
     assert report["one_hot_rows"] == report["n"] == 10_000
@@ -92,6 +105,28 @@ def test_hard_limit_float64_is_exact(variant):
     check_report_shape(report, 10)
     for a, b in zip(report["log_objective_transformer"], report["log_objective_reference"]):
         assert a == pytest.approx(b, abs=1e-12)
+
+
+@pytest.fixture(scope="module")
+def declared_runs():
+    """``ktframe verify --variant NAME --json`` of every first-party variant with no flag but a
+    smaller ``--n`` (the paper's 10 000 points take minutes over all of them), two at a time."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(FIRST_PARTY, pool.map(lambda name: ktframe("verify", "--variant", name, "--n", "300", "--json"), FIRST_PARTY)))
+
+
+@pytest.mark.parametrize("variant", FIRST_PARTY)
+def test_every_first_party_variant_passes_at_its_declared_exact_setting(declared_runs, variant):
+    proc = declared_runs[variant]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["passed"] is True and report["variant"] == variant
+    assert report["at_exact_setting"] is True and report["overridden"] == []
+    assert report["exact_setting"] == ({"gamma": 100.0, "dtype": "float64"} if variant == "soft" else HARD_FLOAT64)
+    assert (report["gamma"], report["dtype"]) == (report["exact_setting"]["gamma"], "float64")
+    assert report["max_center_error"] <= 1e-9 and report["assignment_agreement"] == 1.0
+    assert len(report["center_error_per_layer"]) == 11 and report["center_error_per_layer"][0] == 0.0  # 10 layers
 
 
 # --- table output and the failing exit code -----------------------------------------------------
@@ -106,6 +141,7 @@ def test_table_output_passes():
     assert "PASS" in proc.stdout and "FAIL" not in proc.stdout
     assert lines[0] == "ktframe verify: lloyd against Lloyd's algorithm"
     assert "n=300 d=2 k=5 layers=3 gamma=inf seed=5487 dtype=float64" in proc.stdout
+    assert lines[2] == "setting: gamma=inf dtype=float64, the declared exact setting of lloyd"
     # One row per layer, the start included, each with a center error at float64 rounding.
     rows = [line.split() for line in lines if line.split() and line.split()[0].isdigit()]
     assert [int(r[0]) for r in rows] == [0, 1, 2, 3]
@@ -120,6 +156,7 @@ def test_outside_tolerance_fails_with_exit_1():
     assert proc.stderr == ""
     assert proc.stdout.strip().splitlines()[-1] == "FAIL"
     assert "PASS" not in proc.stdout
+    assert "setting: not the declared exact setting of lloyd (gamma=inf dtype=float64); overridden: gamma" in proc.stdout
 
 
 # --- bad input: exit 2, one line, no traceback --------------------------------------------------

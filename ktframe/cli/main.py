@@ -8,7 +8,7 @@ from typing import Sequence
 
 from ktframe import pluginmanager
 from ktframe.cli import cluster, config, eval, fit, plugins, report, verify
-from ktframe.errors import KtframeError
+from ktframe.errors import KtframeError, UnknownNameError
 
 COMMANDS = (fit, eval, report, verify, cluster, config, plugins)
 
@@ -53,7 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KtframeError as exc:
         if args.debug:
             raise
-        print(f"ktframe {args.command}: error: {exc}", file=sys.stderr)
+        off = pluginmanager.disabled() if isinstance(exc, UnknownNameError) else ""
+        # A variant or component that a disabled plugin would have registered: say so.
+        print(f"ktframe {args.command}: error: {exc}{f'; {off}' if off else ''}", file=sys.stderr)
         return 2
 
 

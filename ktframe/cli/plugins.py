@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ktframe import pluginmanager
+from ktframe.variant import setting_json, setting_text
 
 
 def add_parser(commands) -> None:
@@ -29,6 +30,8 @@ def describe() -> dict:
                 "classical": registry.get("variant", name).classical,
                 "summary": registry.get("variant", name).summary,
                 "options": registry.get("variant", name).options(),
+                # The setting `ktframe verify --variant NAME` runs by default (None: declares none).
+                "exact": None if registry.get("variant", name).exact is None else setting_json(registry.get("variant", name).exact),
             }
             for name in registry.names("variant")
         ],
@@ -48,7 +51,8 @@ def run(args) -> int:
     if info["variants"]:
         print("\nvariants:")
         for v in info["variants"]:
-            print(f"    {v['name']:<12} {v['classical']:<22} {v['summary']}  [options: {', '.join(v['options']) or '-'}]")
+            exact = setting_text(v["exact"]) if v["exact"] is not None else "none declared"
+            print(f"    {v['name']:<12} {v['classical']:<22} {v['summary']}  [options: {', '.join(v['options']) or '-'}] [exact: {exact}]")
     for failure in info["failures"]:
         print(f"\nFAILED: plugin {failure['plugin']!r} ({failure['distribution']}) at {failure['stage']}: {failure['error']}")
     return 0

@@ -1,11 +1,12 @@
-"""``ktframe verify``: a variant's hand-built model against its classical reference."""
+"""``ktframe verify``: a variant's hand-built model against its classical reference, by default at
+the setting the variant declares exact; ``--gamma`` and ``--dtype`` override it."""
 
 from __future__ import annotations
 
 import json
 
 from ktframe.cli.options import parse_gamma
-from ktframe.verify import Setting, format_report, verify
+from ktframe.verify import PAPER_DTYPE, PAPER_GAMMA, Setting, format_report, verify
 
 
 def add_parser(commands) -> None:
@@ -16,9 +17,12 @@ def add_parser(commands) -> None:
     p.add_argument("--d", type=int, default=default.d, help=f"dimensions (default: {default.d})")
     p.add_argument("--k", type=int, default=default.k, help=f"clusters (default: {default.k})")
     p.add_argument("--layers", type=int, default=default.layers, help=f"layers = Lloyd iterations (default: {default.layers})")
-    p.add_argument("--gamma", type=parse_gamma, default=default.gamma, help=f"inverse temperature, or 'inf' for the hard limit (default: {default.gamma:g})")
+    p.add_argument(
+        "--gamma", type=parse_gamma, default=None,
+        help=f"inverse temperature, or 'inf' for the hard limit (default: the variant's declared exact setting, as `ktframe plugins` lists it; {PAPER_GAMMA:g} for a variant that declares none)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=default.seed, help=f"data and initial centers (default: {default.seed})")
-    p.add_argument("--dtype", choices=("float32", "float64"), default=default.dtype)
+    p.add_argument("--dtype", choices=("float32", "float64"), default=None, help=f"(default: the variant's declared exact setting; {PAPER_DTYPE} for a variant that declares none)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=run)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import torch
 
-from ktframe import malloc
 from ktframe.hookspecs import Register, hookimpl
 
 
@@ -45,10 +44,9 @@ class Embedding:
 
 def data_tokens(X: torch.Tensor, width: int) -> torch.Tensor:
     """Tokens ``(B, n, width)`` that hold ``X`` (B, n, d) in their first d coordinates and zeros
-    after: new memory, which the model may update in place. On CPU a large stream takes fresh
-    pages (:func:`ktframe.malloc.zeros`), whose zeros cost no pass over it."""
+    after: new memory, which the model may update in place."""
     B, n, d = X.shape
-    tokens = malloc.zeros((B, n, width), X.dtype) if X.device.type == "cpu" else X.new_zeros(B, n, width)
+    tokens = X.new_zeros(B, n, width)
     tokens[..., :d] = X
     return tokens
 

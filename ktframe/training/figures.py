@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only: no display is needed or assumed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from ktframe import reference  # noqa: E402
+from ktframe import pluginmanager, reference  # noqa: E402
 from ktframe.variant import build_model  # noqa: E402
 
 HEADS = ("point_cross", "point_self", "center_cross", "center_self")
@@ -55,11 +55,17 @@ def _qk(head) -> torch.Tensor:
 
 
 def qk_figure(model, d: int, k: int) -> plt.Figure:
-    """Each head's QᵀK, learned (top) beside the hand-built ``lloyd`` construction's (bottom)."""
-    layer, built = model.layers[0], build_model("lloyd", d=d, k=k, n_layers=1).layers[0]
-    fig, axes = plt.subplots(2, 4, figsize=(16, 8))
+    """Each head's QᵀK, learned (top) beside the hand-built ``lloyd`` construction's (bottom);
+    the learned heads alone, with a note in the title, where no ``lloyd`` variant is registered
+    (``ktframe --no-plugins``: it is a plugin)."""
+    rows = [(model.layers[0], "learned")]
+    if "lloyd" in pluginmanager.registry().names("variant"):
+        rows.append((build_model("lloyd", d=d, k=k, n_layers=1).layers[0], "hand-built"))
+    fig, axes = plt.subplots(len(rows), 4, figsize=(16, 4 * len(rows)), squeeze=False)
+    if len(rows) == 1:
+        fig.suptitle("learned QᵀK only: the hand-built lloyd variant is not registered (plugins disabled or not installed)")
     for col, name in enumerate(HEADS):
-        for row, (source, label) in enumerate(((layer, "learned"), (built, "hand-built"))):
+        for row, (source, label) in enumerate(rows):
             image = _qk(getattr(source, name))
             limit = float(image.abs().max()) or 1.0
             axes[row, col].imshow(image, cmap="RdBu_r", vmin=-limit, vmax=limit)

@@ -11,9 +11,6 @@ from torchmetrics.functional.clustering import adjusted_rand_score, normalized_m
 
 from ktframe import reference
 
-# torchmetrics' clustering scores build sparse contingency tables and torch warns on each one.
-warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled", category=UserWarning)
-
 
 class _TaskMean(Metric):
     """The mean over tasks of a per-task value."""
@@ -69,7 +66,12 @@ class _LabelScore(_TaskMean):
 
     def update(self, X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> None:
         predicted = reference.assign(X, C).argmax(dim=-1)
-        self._add(torch.stack([self.score(p, t) for p, t in zip(predicted, labels)]))
+        # torchmetrics' clustering scores build sparse contingency tables and torch warns on each
+        # one; silenced for these calls only, not for the process that imports us.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled", category=UserWarning)
+            scores = [self.score(p, t) for p, t in zip(predicted, labels)]
+        self._add(torch.stack(scores))
 
 
 class AdjustedRand(_LabelScore):

@@ -21,6 +21,7 @@ from ktframe import hookimpl, reference
 from ktframe.components.maps import GumbelHardmax
 from ktframe.construction import cluster_head, coords, lloyd_family_layer, mean_head, reset_head, stack
 from ktframe.errors import InputError
+from ktframe.fast import FastKMeansTransformer, FastLayer, accelerate
 from ktframe.model import AttentionHead, KMeansTransformer, Layer
 from ktframe.pluginmanager import registry
 from ktframe.variant import Variant, exact_tolerance
@@ -41,7 +42,7 @@ class MedoidLayer(Layer):
         points, centers = super().forward(points, centers)
         # The reset is added first: μ − μ is exactly 0, so the center becomes exactly the data
         # point, where (μ + x) − μ would round.
-        return points, self._update(centers, centers, [(self.pick_reset, centers), (self.pick, points)])
+        return points, self.update(centers, centers, [(self.pick_reset, centers), (self.pick, points)])
 
 
 class SeededTransformer(KMeansTransformer):
@@ -54,6 +55,17 @@ class SeededTransformer(KMeansTransformer):
         return super().forward(*args, **kwargs)
 
 
+class FastMedoidLayer(MedoidLayer, FastLayer):
+    """:class:`MedoidLayer` on the fast path (its second hop through the fast layer's update)."""
+
+
+class FastSeededTransformer(SeededTransformer, FastKMeansTransformer):
+    """:class:`SeededTransformer` on the fast path."""
+
+
+FAST_MEDOIDS = {MedoidLayer: FastMedoidLayer, SeededTransformer: FastSeededTransformer}
+
+
 def check_beta(beta: float) -> float:
     if not (isinstance(beta, (int, float)) and beta > 0):
         raise InputError(f"beta must be a positive number or inf; got {beta!r}")
@@ -61,7 +73,7 @@ def check_beta(beta: float) -> float:
 
 
 def build(
-    *, d: int, k: int, n_layers: int, gamma: float = math.inf, beta: float = BETA, seed: int = SEED, share_weights: bool = True
+    *, d: int, k: int, n_layers: int, gamma: float = math.inf, beta: float = BETA, seed: int = SEED, share_weights: bool = True, fast: bool = True
 ) -> KMeansTransformer:
     """``beta=inf`` picks the point nearest the mean (no noise; lowest index among equals)."""
     reg = registry()
@@ -78,7 +90,8 @@ def build(
             pick=cluster_head(width, xs, ys, pick_map, gamma=1.0 if hard else beta), pick_reset=reset_head(width, ys, xs),
         )  # fmt: skip
 
-    return SeededTransformer(reg.get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    model = SeededTransformer(reg.get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    return accelerate(model, also=FAST_MEDOIDS) if fast else model
 
 
 def randomized_kmedoids(X: torch.Tensor, C0: torch.Tensor, n_iter: int, *, beta: float = BETA, seed: int = SEED):
@@ -106,7 +119,6 @@ def randomized_kmedoids(X: torch.Tensor, C0: torch.Tensor, n_iter: int, *, beta:
 @hookimpl
 def ktframe_register_variants(register):
     register(
-        "kmedoids",
         Variant(
             name="kmedoids",
             summary="Lloyd's mean, then a hard Gumbel-softmax hop that moves each center to a data point of its cluster",
@@ -114,6 +126,7 @@ def ktframe_register_variants(register):
             build=build,
             reference=randomized_kmedoids,
             tolerance=exact_tolerance,
+            exact={"gamma": math.inf, "dtype": "float64"},
             training={"model": {"gamma": math.inf}},
             centers_are_points=True,
         ),

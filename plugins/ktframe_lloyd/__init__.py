@@ -19,6 +19,7 @@ import math
 from ktframe import hookimpl, reference
 from ktframe.construction import coords, fixed_head
 from ktframe.errors import InputError
+from ktframe.fast import accelerate
 from ktframe.model import KMeansTransformer, Layer
 from ktframe.pluginmanager import registry
 from ktframe.variant import Variant, exact_tolerance
@@ -27,7 +28,7 @@ CENTER_UPDATES = ("linear", "argmax")
 RESETS = ("attention", "identity")
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, center_update: str = "linear", reset: str = "attention", share_weights: bool = True) -> KMeansTransformer:
+def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, center_update: str = "linear", reset: str = "attention", share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     """``reset="identity"`` computes the two self-attentions (the resets) as the identity they are
     in the hard limit: O(n) instead of O(n²) for the points, and no k × k arg-max per task for the
     centers, whose index parts ``e_j`` are distinct. It is refused at finite gamma, where it would
@@ -60,13 +61,13 @@ def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, center_upda
         )
 
     layers = [make_layer()] if share_weights else [make_layer() for _ in range(n_layers)]
-    return KMeansTransformer(reg.get("embedding", "onehot")(), layers, d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(reg.get("embedding", "onehot")(), layers, d=d, k=k, n_layers=n_layers)
+    return accelerate(model) if fast else model
 
 
 @hookimpl
 def ktframe_register_variants(register):
     register(
-        "lloyd",
         Variant(
             name="lloyd",
             summary="Euclidean attention: one exact Lloyd iteration per layer (Theorem 2.1)",
@@ -74,5 +75,6 @@ def ktframe_register_variants(register):
             build=build,
             reference=reference.lloyd,
             tolerance=exact_tolerance,
+            exact={"gamma": math.inf, "dtype": "float64"},
         ),
     )

@@ -15,6 +15,7 @@ import torch
 
 from ktframe import hookimpl, reference
 from ktframe.components.embeddings import Embedding, data_tokens, index_tokens
+from ktframe.fast import accelerate
 from ktframe.construction import coords, fixed_head
 from ktframe.model import FeedForward, KMeansTransformer, Layer, Linear, Select
 from ktframe.pluginmanager import registry
@@ -55,7 +56,7 @@ def squared_norm_ffn(width: int, d: int) -> FeedForward:
     return FeedForward(up, registry().get("activation", "requ")(), down, slot=slice(d, d + 1))
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weights: bool = True) -> KMeansTransformer:
+def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     reg = registry()
     hard = math.isinf(gamma)
     dot = reg.get("score", "dot")()
@@ -79,7 +80,8 @@ def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weigh
         )
 
     layers = [make_layer()] if share_weights else [make_layer() for _ in range(n_layers)]
-    return KMeansTransformer(reg.get("embedding", "sqnorm")(), layers, d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(reg.get("embedding", "sqnorm")(), layers, d=d, k=k, n_layers=n_layers)
+    return accelerate(model) if fast else model
 
 
 @hookimpl
@@ -90,7 +92,6 @@ def ktframe_register_embeddings(register):
 @hookimpl
 def ktframe_register_variants(register):
     register(
-        "lloyd-dot",
         Variant(
             name="lloyd-dot",
             summary="dot-product attention on squared-norm tokens with a ReQU feed-forward (Theorem 2.2)",
@@ -98,5 +99,6 @@ def ktframe_register_variants(register):
             build=build,
             reference=reference.lloyd,
             tolerance=exact_tolerance,
+            exact={"gamma": math.inf, "dtype": "float64"},
         ),
     )

@@ -19,6 +19,7 @@ import torch
 from ktframe import hookimpl, reference
 from ktframe.construction import cluster_head, coords, lloyd_family_layer, stack
 from ktframe.errors import InputError
+from ktframe.fast import accelerate
 from ktframe.model import KMeansTransformer
 from ktframe.pluginmanager import registry
 from ktframe.variant import Variant, exact_tolerance
@@ -33,7 +34,7 @@ def resolve_beta(beta: float | None, d: int) -> float:
     return float(beta)
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, beta: float | None = None, share_weights: bool = True) -> KMeansTransformer:
+def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, beta: float | None = None, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     reg = registry()
     width, xs, ys = d + k, coords(0, d), coords(d, d + k)
     beta = resolve_beta(beta, d)
@@ -41,7 +42,8 @@ def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, beta: float
     def make_layer():
         return lloyd_family_layer(width, xs, ys, gamma=gamma, center_cross=cluster_head(width, xs, ys, reg.get("map", "sparsemax")(), gamma=beta))
 
-    return KMeansTransformer(reg.get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(reg.get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    return accelerate(model) if fast else model
 
 
 def simplex_projection(z: torch.Tensor) -> torch.Tensor:
@@ -73,7 +75,6 @@ def robust_kmeans(X: torch.Tensor, C0: torch.Tensor, n_iter: int, *, beta: float
 @hookimpl
 def ktframe_register_variants(register):
     register(
-        "robust",
         Variant(
             name="robust",
             summary="sparsemax center update over -beta * squared distance within the cluster: far points get zero weight",
@@ -81,6 +82,7 @@ def ktframe_register_variants(register):
             build=build,
             reference=robust_kmeans,
             tolerance=exact_tolerance,
+            exact={"gamma": math.inf, "dtype": "float64"},
             training={"model": {"gamma": 100.0}},
         ),
     )

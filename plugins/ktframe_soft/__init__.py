@@ -15,6 +15,7 @@ import math
 import torch
 
 from ktframe import hookimpl, reference
+from ktframe.fast import accelerate
 from ktframe.construction import coords, lloyd_family_layer, mean_head, stack
 from ktframe.model import KMeansTransformer
 from ktframe.pluginmanager import registry
@@ -23,10 +24,11 @@ from ktframe.variant import Tolerance, Variant
 GAMMA = 100.0
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = GAMMA, share_weights: bool = True) -> KMeansTransformer:
+def build(*, d: int, k: int, n_layers: int, gamma: float = GAMMA, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     width, xs, ys = d + k, coords(0, d), coords(d, d + k)
     make_layer = lambda: lloyd_family_layer(width, xs, ys, gamma=gamma, center_cross=mean_head(width, xs, ys))  # noqa: E731
-    return KMeansTransformer(registry().get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(registry().get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    return accelerate(model) if fast else model
 
 
 def soft_kmeans(X: torch.Tensor, C0: torch.Tensor, n_iter: int, *, gamma: float = GAMMA):
@@ -53,7 +55,6 @@ def tolerance(dtype: torch.dtype, gamma: float) -> Tolerance:
 @hookimpl
 def ktframe_register_variants(register):
     register(
-        "soft",
         Variant(
             name="soft",
             summary="finite-gamma softmax assignment, exact reset, normalized linear center update",
@@ -61,6 +62,7 @@ def ktframe_register_variants(register):
             build=build,
             reference=soft_kmeans,
             tolerance=tolerance,
+            exact={"gamma": GAMMA, "dtype": "float64"},
             training={"model": {"gamma": 100.0}},
         ),
     )

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from ktframe import hookimpl, reference
 from ktframe.components.embeddings import OneHot
+from ktframe.fast import accelerate
 from ktframe.construction import coords, lloyd_family_layer, mean_head, stack
 from ktframe.model import KMeansTransformer
 from ktframe.pluginmanager import registry
@@ -35,7 +36,7 @@ class SphereReadout(OneHot):
         return F.normalize(center_tokens[..., :d], dim=-1)
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weights: bool = True) -> KMeansTransformer:
+def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     reg = registry()
     width, xs, ys = d + k, coords(0, d), coords(d, d + k)
     sphere = reg.get("norm", "sphere")
@@ -43,7 +44,8 @@ def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weigh
     def make_layer():
         return lloyd_family_layer(width, xs, ys, gamma=gamma, center_cross=mean_head(width, xs, ys, v_norm=sphere), score=reg.get("score", "dot")(), qk_norm=sphere)
 
-    return KMeansTransformer(reg.get("embedding", "sphere-onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(reg.get("embedding", "sphere-onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    return accelerate(model) if fast else model
 
 
 def spherical_kmeans(X: torch.Tensor, C0: torch.Tensor, n_iter: int):
@@ -72,7 +74,6 @@ def ktframe_register_embeddings(register):
 @hookimpl
 def ktframe_register_variants(register):
     register(
-        "spherical",
         Variant(
             name="spherical",
             summary="data part normalised to the unit sphere, dot-product (cosine) assignment, re-normalised mean",
@@ -80,6 +81,7 @@ def ktframe_register_variants(register):
             build=build,
             reference=spherical_kmeans,
             tolerance=exact_tolerance,
+            exact={"gamma": math.inf, "dtype": "float64"},
             training={"model": {"gamma": 30.0}},
         ),
     )

@@ -20,6 +20,7 @@ import torch
 from ktframe import hookimpl, reference
 from ktframe.construction import cluster_head, coords, lloyd_family_layer, stack
 from ktframe.errors import InputError
+from ktframe.fast import accelerate
 from ktframe.model import KMeansTransformer
 from ktframe.pluginmanager import registry
 from ktframe.variant import Variant, exact_tolerance
@@ -27,7 +28,7 @@ from ktframe.variant import Variant, exact_tolerance
 TRIM = 0.05
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, trim: float = TRIM, share_weights: bool = True) -> KMeansTransformer:
+def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, trim: float = TRIM, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     """Hard assignments only: the norm-max update counts the members of a cluster, and a softmax
     assignment (finite gamma) would make every point a member of every cluster."""
     if not math.isinf(gamma):
@@ -38,7 +39,8 @@ def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, trim: float
     def make_layer():
         return lloyd_family_layer(width, xs, ys, gamma=gamma, center_cross=cluster_head(width, xs, ys, reg.get("map", "normmax")(trim=trim)))
 
-    return KMeansTransformer(reg.get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(reg.get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    return accelerate(model) if fast else model
 
 
 def trimmed_kmeans(X: torch.Tensor, C0: torch.Tensor, n_iter: int, *, trim: float = TRIM):
@@ -61,7 +63,6 @@ def trimmed_kmeans(X: torch.Tensor, C0: torch.Tensor, n_iter: int, *, trim: floa
 @hookimpl
 def ktframe_register_variants(register):
     register(
-        "trimmed",
         Variant(
             name="trimmed",
             summary="norm-max center update over the center's own cluster: the farthest trim fraction gets zero weight",
@@ -69,6 +70,7 @@ def ktframe_register_variants(register):
             build=build,
             reference=trimmed_kmeans,
             tolerance=exact_tolerance,
+            exact={"gamma": math.inf, "dtype": "float64"},
             training={"model": {"gamma": math.inf}},
         ),
     )

@@ -10,7 +10,7 @@ Against ktframe's ``lloyd``, two mechanisms change:
   median of coordinate t (the mean of the two middle values for an even count).
 
 The resets are ktframe's. ``gamma=inf`` is the exact hard limit, the only setting this plugin
-claims; an empty cluster keeps its center.
+claims (its ``Variant.exact``, with float64); an empty cluster keeps its center.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 from ktframe import hookimpl, reference
 from ktframe.components.maps import AttentionMap, MapOutput
 from ktframe.components.scores import Score
+from ktframe.fast import accelerate
 from ktframe.construction import HeadGroup, coords, fixed_head, lloyd_family_layer, stack
 from ktframe.model import KMeansTransformer
 from ktframe.pluginmanager import registry
@@ -65,7 +66,7 @@ class Median(AttentionMap):
         return MapOutput(weights=weights.masked_fill(empty, 0.0), stay=empty.to(logits.dtype) if bool(empty.any()) else None)
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weights: bool = True) -> KMeansTransformer:
+def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     reg = registry()
     width, xs, ys = d + k, coords(0, d), coords(d, d + k)
 
@@ -76,7 +77,8 @@ def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weigh
         medians = HeadGroup(width, [median_of(t) for t in xs])
         return lloyd_family_layer(width, xs, ys, gamma=gamma, center_cross=medians, score=reg.get("score", "manhattan")())
 
-    return KMeansTransformer(reg.get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(reg.get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
+    return accelerate(model) if fast else model
 
 
 def kmedians(X: torch.Tensor, C0: torch.Tensor, n_iter: int) -> ClusteringResult:
@@ -112,7 +114,6 @@ def ktframe_register_maps(register):
 @hookimpl
 def ktframe_register_variants(register):
     register(
-        "kmedians",
         Variant(
             name="kmedians",
             summary="L1-distance assignment, one median attention head per coordinate",
@@ -120,6 +121,7 @@ def ktframe_register_variants(register):
             build=build,
             reference=kmedians,
             tolerance=exact_tolerance,
+            exact={"gamma": math.inf, "dtype": "float64"},
             training={"model": {"gamma": math.inf}},
         ),
     )

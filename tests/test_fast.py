@@ -1,0 +1,120 @@
+"""Every variant's fast model (``ktframe.fast``, which each first-party variant chooses by default)
+computes what its plain definition (``ktframe.model``, ``fast=False``) computes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import ktframe
+from ktframe import fast, model
+from ktframe.pluginmanager import registry
+
+# Each first-party variant at its exact setting and at a finite temperature where it has one.
+SETTINGS = [
+    pytest.param("lloyd", {}, id="lloyd"),
+    pytest.param("lloyd", {"reset": "identity"}, id="lloyd-identity-reset"),
+    pytest.param("lloyd", {"center_update": "argmax"}, id="lloyd-argmax-update"),
+    pytest.param("lloyd", {"gamma": 50.0}, id="lloyd-gamma50"),
+    pytest.param("lloyd-dot", {}, id="lloyd-dot"),
+    pytest.param("soft", {"gamma": 20.0}, id="soft"),
+    pytest.param("spherical", {}, id="spherical"),
+    pytest.param("trimmed", {}, id="trimmed"),
+    pytest.param("robust", {}, id="robust"),
+    pytest.param("kmedoids", {"beta": math.inf}, id="kmedoids"),
+    pytest.param("kmedoids", {"beta": 5.0}, id="kmedoids-sampled"),
+    pytest.param("learned", {}, id="learned"),
+]
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-4}
+
+
+def problem(dtype: torch.dtype, tasks: int = 4, n: int = 150, d: int = 3, k: int = 5):
+    generator = torch.Generator().manual_seed(7)
+    X = torch.rand(tasks, n, d, generator=generator, dtype=torch.float64)
+    X[1, 10] = X[1, 11]  # a duplicate point
+    return X.to(dtype), X[:, :k].clone().to(dtype)
+
+
+def twins(name: str, options: dict, dtype: torch.dtype, n_layers: int = 8) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """The variant's model on the fast path and as its plain definition, with the same weights."""
+    torch.manual_seed(0)
+    quick = ktframe.build_model(name, d=3, k=5, n_layers=n_layers, dtype=dtype, **options)
+    plain = ktframe.build_model(name, d=3, k=5, n_layers=n_layers, dtype=dtype, fast=False, **options)
+    plain.load_state_dict(quick.state_dict())
+    return quick.eval(), plain.eval()  # dropout off: the two paths would draw different masks
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("name, options", SETTINGS)
+def test_the_fast_model_computes_the_plain_definition(name, options, dtype):
+    quick, plain = twins(name, options, dtype)
+    assert isinstance(quick, fast.FastKMeansTransformer) and not isinstance(plain, fast.FastKMeansTransformer)
+    assert all(not isinstance(m, fast.FastLayer) for m in plain.modules())
+    X, C0 = problem(dtype)
+    with torch.no_grad():
+        got, want = quick(X, C0), plain(X, C0)
+    torch.testing.assert_close(got.trajectory, want.trajectory, rtol=0, atol=TOLERANCE[dtype])
+    torch.testing.assert_close(got.assignments, want.assignments, rtol=0, atol=TOLERANCE[dtype])
+    # The fast path counts a task converged only where it can tell (a hard assignment by cluster),
+    # never before the definition's streams stop changing.
+    assert bool((got.n_iter >= want.n_iter).all()), (got.n_iter, want.n_iter)
+
+
+def test_a_converged_task_is_counted_alike_where_the_fast_path_can_tell():
+    """Two well-separated blobs: Lloyd converges at once, and both paths say at which step."""
+    generator = torch.Generator().manual_seed(1)
+    X = torch.cat([torch.randn(2, 50, 2, generator=generator, dtype=torch.float64) * 0.01, torch.randn(2, 50, 2, generator=generator, dtype=torch.float64) * 0.01 + 5], dim=1)
+    C0 = X[:, [0, 50]].clone()
+    quick, plain = ktframe.build_model("lloyd", d=2, k=2, n_layers=6, dtype="float64", reset="identity"), ktframe.build_model("lloyd", d=2, k=2, n_layers=6, dtype="float64", reset="identity", fast=False)
+    with torch.no_grad():
+        got, want = quick(X, C0), plain(X, C0)
+    assert want.n_iter.tolist() == [2, 2]  # step 1 finds the blobs, step 2 changes nothing
+    assert got.n_iter.tolist() == want.n_iter.tolist()
+    torch.testing.assert_close(got.trajectory, want.trajectory, rtol=0, atol=1e-12)  # sums in another order
+
+
+def test_the_learned_model_trains_alike_on_both_paths():
+    """Outputs and gradients of a training step, fused softmax against the explicit definition
+    (dropout off, so that both draw no mask)."""
+    quick, plain = (ktframe.build_model("learned", d=3, k=5, n_layers=1, dtype="float64", dropout=0.0, fast=f) for f in (True, False))
+    plain.load_state_dict(quick.state_dict())
+    X, C0 = problem(torch.float64)
+    losses = []
+    for m in (quick, plain):
+        m.train()
+        out = m(X, C0, n_steps=2, reembed=True)
+        loss = out.centers.square().sum()
+        loss.backward()
+        losses.append((out.centers, {name: p.grad for name, p in m.named_parameters()}))
+    (c1, g1), (c2, g2) = losses
+    torch.testing.assert_close(c1, c2, rtol=0, atol=1e-10)
+    assert g1.keys() == g2.keys()
+    for name in g1:
+        torch.testing.assert_close(g1[name], g2[name], rtol=1e-8, atol=1e-10, msg=name)
+
+
+def test_every_first_party_variant_chooses_the_fast_path_and_can_build_the_plain_one():
+    for name in ("lloyd", "lloyd-dot", "soft", "spherical", "trimmed", "robust", "kmedoids", "learned"):
+        assert "fast" in registry().get("variant", name).options(), name
+        assert isinstance(ktframe.build_model(name, d=2, k=3, n_layers=1), fast.FastKMeansTransformer), name
+        plain = ktframe.build_model(name, d=2, k=3, n_layers=1, fast=False)
+        assert type(plain).__module__ != "ktframe.fast" and all(type(m).__module__ != "ktframe.fast" for m in plain.modules()), name
+
+
+def test_accelerate_refuses_a_subclass_without_a_fast_version():
+    class MyLayer(model.Layer):
+        pass
+
+    built = ktframe.build_model("lloyd", d=2, k=3, n_layers=1, fast=False)
+    built.layers[0].__class__ = MyLayer
+    with pytest.raises(TypeError, match=r"MyLayer has no fast version; pass accelerate\(model, also=\{MyLayer: FastMyLayer\}\)"):
+        fast.accelerate(built)
+
+
+def test_the_model_file_holds_no_kernel():
+    """The definition stays readable: no kernel, no in-place trickery, nothing the fast path owns."""
+    source = open(model.__file__).read()
+    for word in ("import kernels", "kernels.", "CACHE_BLOCK", "settled", "scaled_dot_product_attention", "ClusterSums", "in_place"):
+        assert word not in source, word
