@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 
@@ -35,5 +36,9 @@ def sync(device: str) -> None:
 
 
 def machine(device: str = "cpu") -> str:
-    where = torch.cuda.get_device_name() if device.startswith("cuda") else f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads"
+    where = (
+        torch.cuda.get_device_name()
+        if device.startswith("cuda")
+        else f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads"
+    )
     return f"machine: {where}; torch {torch.__version__}"

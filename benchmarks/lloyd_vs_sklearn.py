@@ -16,14 +16,13 @@ import warnings
 
 import numpy as np
 import torch
+from common import best_of, machine
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 
 import ktframe
-from ktframe import reference
-from ktframe.tasks import mixture
-
-from common import best_of, machine
+from ktframe.clustering import reference
+from ktframe.clustering.tasks import mixture
 
 try:
     import faiss
@@ -60,6 +59,7 @@ def run_setting(n: int, d: int, k: int, args: argparse.Namespace) -> None:
 
     runs = {"ktframe": transformer, "scikit-learn": sklearn}
     if faiss is not None:
+
         def faiss_kmeans():
             # No subsampling (faiss trains on at most 256 points per centroid by default).
             km = faiss.Kmeans(d, k, niter=iters, max_points_per_centroid=n, seed=args.seed, verbose=False)

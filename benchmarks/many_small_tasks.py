@@ -16,14 +16,13 @@ import warnings
 
 import numpy as np
 import torch
+from common import best_of, machine
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 
 import ktframe
-from ktframe import reference
-from ktframe.tasks import mixture
-
-from common import best_of, machine
+from ktframe.clustering import reference
+from ktframe.clustering.tasks import mixture
 
 
 def main() -> None:
@@ -59,7 +58,7 @@ def main() -> None:
 
     batched_model()  # warm-up
     timed = best_of(args.repeats, {"model": batched_model, "estimator": lambda: estimator.fit(X_np), "scikit-learn": sklearn_loop}, device=args.device)
-    (t_model, result), (t_estimator, fitted), (t_sklearn, (sk_centers, sk_iters)) = timed["model"], timed["estimator"], timed["scikit-learn"]
+    (t_model, result), (t_estimator, _), (t_sklearn, (sk_centers, sk_iters)) = timed["model"], timed["estimator"], timed["scikit-learn"]
     gap = np.abs(result.centers.cpu().numpy() - sk_centers).max()
     same_iters = float((result.n_iter.cpu().numpy() == sk_iters).mean())
 
@@ -69,7 +68,9 @@ def main() -> None:
     print(f"  ktframe TransformerKMeans.fit (batched) {t_estimator * 1e3:9.1f} ms   {t_sklearn / t_estimator:7.1f}x faster than the loop")
     print(f"  scikit-learn KMeans, a loop of fits    {t_sklearn * 1e3:9.1f} ms")
     print(f"  max |center gap| ktframe vs scikit-learn: {gap:.1e}")
-    print(f"  iterations per task: ktframe {result.n_iter.float().mean():.2f}, scikit-learn {sk_iters.mean():.2f} on average; equal in {same_iters:.0%} of tasks")
+    print(
+        f"  iterations per task: ktframe {result.n_iter.float().mean():.2f}, scikit-learn {sk_iters.mean():.2f} on average; equal in {same_iters:.0%} of tasks"
+    )
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import sys
 import warnings
 
 import torch
-
 from common import machine
 
 TOOLS = ("data only", "ktframe", "scikit-learn")
@@ -25,7 +24,7 @@ TOOLS = ("data only", "ktframe", "scikit-learn")
 
 def child(tool: str, n: int, d: int, k: int, iterations: int) -> None:
     import ktframe
-    from ktframe.tasks import mixture
+    from ktframe.clustering.tasks import mixture
 
     generator = torch.Generator().manual_seed(0)
     X, _ = mixture(1, n, d, k, generator=generator, dtype=torch.float32)
@@ -64,7 +63,9 @@ def main() -> None:
     print(machine())
     print(f"n={args.n} d={args.d} k={args.k}, float32, {args.iterations} iterations; peak resident memory of a fresh process")
     for tool, peak in peaks.items():
-        extra = "" if tool == "data only" else f"   (+{peak - peaks['data only']:7.0f} MiB over the data; {peak / peaks['scikit-learn']:.2f}x scikit-learn's peak)"
+        extra = (
+            "" if tool == "data only" else f"   (+{peak - peaks['data only']:7.0f} MiB over the data; {peak / peaks['scikit-learn']:.2f}x scikit-learn's peak)"
+        )
         print(f"  {tool:<13} {peak:8.0f} MiB{extra}")
 
 

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 import ktframe
-from ktframe.reference import random_points
-from ktframe.tasks import mixture
+from ktframe.clustering.reference import random_points
+from ktframe.clustering.tasks import mixture
 from ktframe.training.loss import softmin_bound
 
 

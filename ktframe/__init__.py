@@ -5,16 +5,20 @@ Public interface::
     ktframe.build_model(variant, *, d, k, n_layers, gamma=inf, **options)   # hand-built model
     ktframe.reference.lloyd(X, C0, n_iter)                                   # classical Lloyd
     ktframe.TransformerKMeans(n_clusters, ...)                               # scikit-learn style
-    ktframe.hookimpl                                                         # for plugins
+    ktframe.hookimpl, ktframe.Variant, ktframe.Tolerance, ktframe.exact_tolerance   # for plugins
+
+The package's folders name its parts: ``transformer`` (the model's definition), ``components``,
+``fast`` (the fast path a variant chooses), ``plugin`` (the plugin system), ``clustering`` (the
+estimator and the classical algorithms), ``training`` and ``cli``.
 """
 
-from ktframe import reference
+from ktframe.clustering import reference
+from ktframe.clustering.estimator import TransformerKMeans
 from ktframe.errors import InputError, KtframeError, PluginError, UnknownNameError
-from ktframe.estimator import TransformerKMeans
-from ktframe.hookspecs import hookimpl
-from ktframe.model import KMeansTransformer
-from ktframe.result import ClusteringResult
-from ktframe.variant import Variant, build_model
+from ktframe.plugin.hookspecs import hookimpl
+from ktframe.plugin.variant import Tolerance, Variant, build_model, exact_tolerance
+from ktframe.transformer.model import KMeansTransformer
+from ktframe.transformer.result import ClusteringResult
 
 __all__ = [
     "ClusteringResult",
@@ -22,10 +26,12 @@ __all__ = [
     "KMeansTransformer",
     "KtframeError",
     "PluginError",
+    "Tolerance",
     "TransformerKMeans",
     "UnknownNameError",
     "Variant",
     "build_model",
+    "exact_tolerance",
     "hookimpl",
     "reference",
 ]

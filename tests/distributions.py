@@ -11,10 +11,10 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 
 @dataclass(frozen=True)
@@ -33,13 +33,14 @@ GOOD = Distribution(
     version="1.2.3",
     module="ktframe_test_good",
     entry_points={"good": "ktframe_test_good"},
-    source='''
+    source="""
         import torch
 
-        from ktframe import hookimpl, reference
+        from ktframe import hookimpl
+        from ktframe.clustering import reference
         from ktframe.components.maps import AttentionMap, MapOutput
         from ktframe.components.scores import Score
-        from ktframe.variant import Variant, exact_tolerance
+        from ktframe.plugin.variant import Variant, exact_tolerance
 
         import ktframe_lloyd
 
@@ -80,7 +81,7 @@ GOOD = Distribution(
                     tolerance=exact_tolerance,
                 ),
             )
-    ''',
+    """,
 )
 
 BROKEN_IMPORT = Distribution(
@@ -88,9 +89,9 @@ BROKEN_IMPORT = Distribution(
     version="0.0.1",
     module="ktframe_test_broken_import",
     entry_points={"broken-import": "ktframe_test_broken_import"},
-    source='''
+    source="""
         raise RuntimeError("ktframe-broken-import refuses to be imported")
-    ''',
+    """,
 )
 
 # Registers a score (its score hook returns normally), then a variant, then raises: neither may
@@ -100,10 +101,11 @@ BROKEN_HOOK = Distribution(
     version="0.0.2",
     module="ktframe_test_broken_hook",
     entry_points={"broken-hook": "ktframe_test_broken_hook"},
-    source='''
-        from ktframe import hookimpl, reference
+    source="""
+        from ktframe import hookimpl
+        from ktframe.clustering import reference
         from ktframe.components.scores import Euclidean
-        from ktframe.variant import Variant, exact_tolerance
+        from ktframe.plugin.variant import Variant, exact_tolerance
 
         import ktframe_lloyd
 
@@ -126,7 +128,7 @@ BROKEN_HOOK = Distribution(
                 ),
             )
             raise ValueError("ktframe-broken-hook gave up halfway through registering")
-    ''',
+    """,
 )
 
 # Another distribution that also registers the score "manhattan".
@@ -135,7 +137,7 @@ CLASH = Distribution(
     version="0.3.0",
     module="ktframe_test_clash",
     entry_points={"clash": "ktframe_test_clash"},
-    source='''
+    source="""
         from ktframe import hookimpl
         from ktframe.components.scores import Euclidean
 
@@ -143,7 +145,7 @@ CLASH = Distribution(
         @hookimpl
         def ktframe_register_scores(register):
             register("manhattan", Euclidean)
-    ''',
+    """,
 )
 
 # A distribution that registers a score under a built-in's name.
@@ -152,7 +154,7 @@ SHADOW = Distribution(
     version="0.5.0",
     module="ktframe_test_shadow",
     entry_points={"shadow": "ktframe_test_shadow"},
-    source='''
+    source="""
         from ktframe import hookimpl
         from ktframe.components.scores import Dot
 
@@ -160,7 +162,7 @@ SHADOW = Distribution(
         @hookimpl
         def ktframe_register_scores(register):
             register("euclidean", Dot)
-    ''',
+    """,
 )
 
 # Another distribution whose entry point is also called "good".
@@ -169,7 +171,7 @@ SAME_NAME = Distribution(
     version="2.0.0",
     module="ktframe_test_good_fork",
     entry_points={"good": "ktframe_test_good_fork"},
-    source='''
+    source="""
         from ktframe import hookimpl
         from ktframe.components.scores import Euclidean
 
@@ -177,7 +179,7 @@ SAME_NAME = Distribution(
         @hookimpl
         def ktframe_register_scores(register):
             register("fork-score", Euclidean)
-    ''',
+    """,
 )
 
 TYPO = Distribution(
@@ -185,7 +187,7 @@ TYPO = Distribution(
     version="0.0.3",
     module="ktframe_test_typo",
     entry_points={"typo": "ktframe_test_typo"},
-    source='''
+    source="""
         from ktframe import hookimpl
         from ktframe.components.scores import Euclidean
 
@@ -193,7 +195,7 @@ TYPO = Distribution(
         @hookimpl
         def ktframe_register_scorez(register):
             register("typo-score", Euclidean)
-    ''',
+    """,
 )
 
 # A hook whose signature does not match its spec.
@@ -202,7 +204,7 @@ BAD_SIGNATURE = Distribution(
     version="0.0.4",
     module="ktframe_test_bad_signature",
     entry_points={"bad-signature": "ktframe_test_bad_signature"},
-    source='''
+    source="""
         from ktframe import hookimpl
         from ktframe.components.scores import Euclidean
 
@@ -210,7 +212,7 @@ BAD_SIGNATURE = Distribution(
         @hookimpl
         def ktframe_register_scores(register, width):
             register("bad-score", Euclidean)
-    ''',
+    """,
 )
 
 ALL = (GOOD, BROKEN_IMPORT, BROKEN_HOOK, CLASH, SHADOW, SAME_NAME, TYPO, BAD_SIGNATURE)

@@ -18,9 +18,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -120,7 +121,11 @@ ESTIMATOR_CASES: list[tuple[str, Callable[[], Any], list[str]]] = [
     # rank and size
     ("1d", lambda: fit(POINTS[:, 0]), ["X must have shape (n_samples, n_features) or (n_tasks, n_samples, n_features)", "(20,)"]),
     ("4d", lambda: fit(POINTS[None, None]), ["X must have shape (n_samples, n_features) or (n_tasks, n_samples, n_features)", "(1, 1, 20, 2)"]),
-    ("init-2d-for-tasks", lambda: fit(np.stack([POINTS, POINTS]), init=POINTS[:3]), ["init must have shape (n_tasks, n_clusters, n_features) = (2, 3, 2)", "got (3, 2)"]),
+    (
+        "init-2d-for-tasks",
+        lambda: fit(np.stack([POINTS, POINTS]), init=POINTS[:3]),
+        ["init must have shape (n_tasks, n_clusters, n_features) = (2, 3, 2)", "got (3, 2)"],
+    ),
     ("no-points", lambda: fit(np.zeros((0, 2))), ["at least one point", "(1, 0, 2)"]),
     ("no-features", lambda: fit(np.zeros((5, 0))), ["at least one coordinate", "(1, 5, 0)"]),
     # the number of clusters
@@ -137,7 +142,11 @@ ESTIMATOR_CASES: list[tuple[str, Callable[[], Any], list[str]]] = [
     # variant, options, gamma
     ("unknown-variant", lambda: fit(variant="loyd"), ["unknown variant 'loyd'", "lloyd, lloyd-dot", "did you mean 'lloyd'?"]),
     ("unknown-option", lambda: fit(variant_options={"bogus": 1}), ["unknown option 'bogus'", "center_update, reset, share_weights"]),
-    ("unknown-option-dot", lambda: fit(variant="lloyd-dot", variant_options={"share_weight": True}), ["unknown option 'share_weight'", "did you mean 'share_weights'?"]),
+    (
+        "unknown-option-dot",
+        lambda: fit(variant="lloyd-dot", variant_options={"share_weight": True}),
+        ["unknown option 'share_weight'", "did you mean 'share_weights'?"],
+    ),
     ("gamma-0", lambda: fit(gamma=0), ["gamma must be a positive number or inf", "got 0"]),
     ("gamma-negative", lambda: fit(gamma=-1), ["gamma must be a positive number or inf", "got -1"]),
     ("gamma-nan", lambda: fit(gamma=math.nan), ["gamma must be a positive number or inf", "got nan"]),
@@ -214,7 +223,13 @@ CLI_CASES = [
     CliCase("nan-npy", ["nan.npy", "--k", "2"], ["nan.npy: row 4, column 2 is nan", "finite"], {"nan.npy": with_value(GOOD, (3, 1), math.nan)}),
     # wrong rank
     CliCase("rank-1", ["one.npy", "--k", "2"], ["one.npy: array has shape (6,)", "expected 2 dimensions"], {"one.npy": np.arange(6.0)}),
-    CliCase("rank-4", ["four.npy", "--k", "2"], ["four.npy: array has shape (2, 2, 2, 2)", "expected 2 dimensions"], {"four.npy": np.zeros((2, 2, 2, 2))}, out="existing"),
+    CliCase(
+        "rank-4",
+        ["four.npy", "--k", "2"],
+        ["four.npy: array has shape (2, 2, 2, 2)", "expected 2 dimensions"],
+        {"four.npy": np.zeros((2, 2, 2, 2))},
+        out="existing",
+    ),
     # the number of clusters
     CliCase("k-0", ["good.csv", "--k", "0"], ["number of clusters k must be an integer >= 1", "got 0"], good()),
     CliCase("k-negative", ["good.csv", "--k", "-1"], ["number of clusters k must be an integer >= 1", "got -1"], good(), out="stdout"),
@@ -223,7 +238,9 @@ CLI_CASES = [
     # non-numeric data
     CliCase("csv-word", ["word.csv", "--k", "2"], ["word.csv: row 2, column 2 is 'abc', not a number", "numeric"], {"word.csv": "x,y\n1,2\n3,abc\n5,6\n"}),
     CliCase("csv-empty-cell", ["hole.csv", "--k", "2"], ["hole.csv: row 2, column 1 is '', not a number"], {"hole.csv": "1,2\n,4\n5,6\n"}),
-    CliCase("npy-strings", ["str.npy", "--k", "2"], ["str.npy: holds values of type <U1", "expected real numbers"], {"str.npy": np.array([["a", "b"], ["c", "d"]])}),
+    CliCase(
+        "npy-strings", ["str.npy", "--k", "2"], ["str.npy: holds values of type <U1", "expected real numbers"], {"str.npy": np.array([["a", "b"], ["c", "d"]])}
+    ),
     CliCase("npy-not-npy", ["text.npy", "--k", "2"], ["text.npy: not a numeric .npy array", "numpy.save"], {"text.npy": "1,2\n3,4\n"}),
     CliCase("npy-zero-bytes", ["zero.npy", "--k", "2"], ["zero.npy: not a readable .npy file", "numpy.save"], {"zero.npy": b""}, out="existing"),
     CliCase("csv-binary", ["bin.csv", "--k", "2"], ["bin.csv: not a text CSV file", "UTF-8"], {"bin.csv": b"\xff\xfe\x00\x01\x80\x81"}),
@@ -231,13 +248,30 @@ CLI_CASES = [
     CliCase("csv-empty", ["empty.csv", "--k", "2"], ["empty.csv: the file holds no points"], {"empty.csv": ""}),
     CliCase("csv-blank-lines", ["blank.csv", "--k", "2"], ["blank.csv: the file holds no points"], {"blank.csv": "\n\n  \n"}, out="stdout"),
     CliCase("csv-header-only", ["header.csv", "--k", "2"], ["header.csv: the file holds no points"], {"header.csv": "x,y\n"}, out="existing"),
-    CliCase("csv-ragged", ["ragged.csv", "--k", "2"], ["ragged.csv: row 2 has 1 values but the first row has 2", "same number of columns"], {"ragged.csv": "1,2\n3\n5,6\n"}),
+    CliCase(
+        "csv-ragged",
+        ["ragged.csv", "--k", "2"],
+        ["ragged.csv: row 2 has 1 values but the first row has 2", "same number of columns"],
+        {"ragged.csv": "1,2\n3\n5,6\n"},
+    ),
     # files that are not there or not supported
     CliCase("missing-file", ["missing.csv", "--k", "2"], ["missing.csv: no such file"]),
-    CliCase("unsupported-extension", ["points.txt", "--k", "2"], ["points.txt: unsupported file type '.txt'", "expected a .csv or .npy file"], {"points.txt": GOOD_CSV}),
+    CliCase(
+        "unsupported-extension",
+        ["points.txt", "--k", "2"],
+        ["points.txt: unsupported file type '.txt'", "expected a .csv or .npy file"],
+        {"points.txt": GOOD_CSV},
+    ),
     CliCase("no-extension", ["points", "--k", "2"], ["unsupported file type '(none)'", ".csv or .npy"], {"points": GOOD_CSV}),
     # variant, gamma, init, seed, layers
-    CliCase("unknown-variant", ["good.csv", "--k", "2", "--variant", "loyd"], ["unknown variant 'loyd'", "lloyd, lloyd-dot", "did you mean 'lloyd'?"], good(), out="existing", real=True),
+    CliCase(
+        "unknown-variant",
+        ["good.csv", "--k", "2", "--variant", "loyd"],
+        ["unknown variant 'loyd'", "lloyd, lloyd-dot", "did you mean 'lloyd'?"],
+        good(),
+        out="existing",
+        real=True,
+    ),
     CliCase("gamma-0", ["good.csv", "--k", "2", "--gamma", "0"], ["argument --gamma", "positive number", "got '0'"], good()),
     CliCase("gamma-negative", ["good.csv", "--k", "2", "--gamma=-1"], ["argument --gamma", "positive number", "got '-1'"], good()),
     CliCase("gamma-nan", ["good.csv", "--k", "2", "--gamma", "nan"], ["argument --gamma", "positive number", "got 'nan'"], good(), out="existing"),
@@ -247,8 +281,20 @@ CLI_CASES = [
     CliCase("layers-0", ["good.csv", "--k", "2", "--layers", "0"], ["n_layers must be an integer >= 1", "got 0"], good()),
     CliCase("k-missing", ["good.csv"], ["the following arguments are required: --k"], good()),
     # where the labels go
-    CliCase("out-folder-missing", ["good.csv", "--k", "2", "--out", "nowhere/labels.csv"], ["nowhere/labels.csv: the folder nowhere does not exist"], good(), out="stdout"),
-    CliCase("out-is-a-folder", ["good.csv", "--k", "2", "--out", "results"], ["results: is a folder", "expected the name of a file"], good(results=None), out="stdout"),
+    CliCase(
+        "out-folder-missing",
+        ["good.csv", "--k", "2", "--out", "nowhere/labels.csv"],
+        ["nowhere/labels.csv: the folder nowhere does not exist"],
+        good(),
+        out="stdout",
+    ),
+    CliCase(
+        "out-is-a-folder",
+        ["good.csv", "--k", "2", "--out", "results"],
+        ["results: is a folder", "expected the name of a file"],
+        good(results=None),
+        out="stdout",
+    ),
 ]
 
 FORK = sys.platform == "linux" and hasattr(os, "fork")
@@ -330,7 +376,17 @@ def cli_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, st
             argv = prepare(case, folder)
             while sum(process.poll() is None for _, process in real.values()) >= max(2, os.cpu_count() or 2):
                 time.sleep(0.05)
-            real[case.id] = (folder, subprocess.Popen([sys.executable, "-m", "ktframe.cli.main", *argv], cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            real[case.id] = (
+                folder,
+                subprocess.Popen(
+                    [sys.executable, "-m", "ktframe.cli.main", *argv],
+                    cwd=folder,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                ),
+            )
     jobs = []
     for case in CLI_CASES if FORK else []:
         folder = root / "fork" / case.id

@@ -17,7 +17,7 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from ktframe import TransformerKMeans
-from ktframe.datafile import load_points
+from ktframe.clustering.datafile import load_points
 
 K = 3
 RNG = np.random.default_rng(11)
@@ -65,7 +65,14 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def runs(folder: Path) -> dict[str, Run]:
     processes = {
-        name: subprocess.Popen([sys.executable, "-m", "ktframe.cli.main", "cluster", *argv], cwd=folder, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        name: subprocess.Popen(
+            [sys.executable, "-m", "ktframe.cli.main", "cluster", *argv],
+            cwd=folder,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for name, argv in RUNS.items()
     }
     results = {}

@@ -1,4 +1,4 @@
-"""``ktframe.testing`` over every first-party variant, and proof that its checks can fail."""
+"""``ktframe.plugin.testing`` over every first-party variant, and proof that its checks can fail."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from ktframe import pluginmanager
 from ktframe.errors import InputError
-from ktframe.registry import Entry, Provenance
-from ktframe.testing import CHECKS, check_variant, variant_checks
-from ktframe.variant import Variant, exact_tolerance, get_variant
+from ktframe.plugin import manager as pluginmanager
+from ktframe.plugin.registry import Entry, Provenance
+from ktframe.plugin.testing import CHECKS, check_variant, variant_checks
+from ktframe.plugin.variant import Variant, exact_tolerance, get_variant
 
 FIRST_PARTY = ["lloyd", "lloyd-dot", "soft", "spherical", "trimmed", "robust", "kmedoids"]
 
@@ -49,7 +49,9 @@ def test_a_variant_whose_reference_is_another_algorithm_fails(live_registry):
     live_registry.add(Entry("variant", "mislabelled", wrong, Provenance("test")))
     checks = {c.name: c for c in variant_checks("mislabelled")}
     checks["shapes"]()  # the model itself is fine ...
-    with pytest.raises(AssertionError, match=r"^ktframe conformance check mislabelled:reference: torch.float64: center error .* against the reference, spherical k-means$"):
+    with pytest.raises(
+        AssertionError, match=r"^ktframe conformance check mislabelled:reference: torch.float64: center error .* against the reference, spherical k-means$"
+    ):
         checks["reference"]()
 
 
@@ -72,7 +74,10 @@ def test_every_first_party_variant_declares_an_exact_setting():
 @pytest.mark.parametrize(
     "exact, message",
     [
-        ({"gama": math.inf}, r"^variant 'x' declares an exact setting with unknown key 'gama'; expected dtype or a build option: dtype, gamma, center_update, .* \(did you mean 'gamma'\?\)$"),
+        (
+            {"gama": math.inf},
+            r"^variant 'x' declares an exact setting with unknown key 'gama'; expected dtype or a build option: dtype, gamma, center_update, .* \(did you mean 'gamma'\?\)$",
+        ),
         ({"gamma": -1.0}, r"^gamma must be a positive number or inf; got -1.0$"),
         ({"dtype": "float16"}, r"^unsupported dtype 'float16'"),
         ("gamma=inf", r"^variant 'x' declares exact='gamma=inf'; expected a dict"),

@@ -1,7 +1,7 @@
 """CONTRIBUTING.md's smallest variant, exactly as written there: the files between its
 ``<!-- smallest-variant -->`` markers are written into a throwaway project, pip-installed into a
 temporary folder like any distribution, then listed, verified and checked for conformance by the
-real command line and ``ktframe.testing``, in fresh interpreters."""
+real command line and ``ktframe.plugin.testing``, in fresh interpreters."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 import distributions as dists
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- smallest-variant -->", "<!-- /smallest-variant -->"
@@ -53,7 +52,7 @@ def runs(tmp_path_factory):
     dists.pip_install(project, site)
 
     def conformance():
-        code = "from ktframe.testing import check_variant; print(' '.join(check_variant('my-lloyd')))"
+        code = "from ktframe.plugin.testing import check_variant; print(' '.join(check_variant('my-lloyd')))"
         done = subprocess.run([sys.executable, "-c", code], cwd=root, env=dists.plugin_env([site], strict=True), capture_output=True, text=True, timeout=600)
         return dists.Run(("check_variant",), done.returncode, done.stdout, done.stderr)
 

@@ -15,9 +15,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
-
 import distributions as dists
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "plugins" / "ktframe-kmedians"
@@ -45,7 +44,9 @@ def runs(tmp_path_factory):
     def fit_then_eval():
         fitted = dists.ktframe(["fit", "variant=kmedians", f"root={root / 'runs'}", *TINY], [site], strict=True, cwd=root)
         ckpt = root / "runs" / "kmedians" / "checkpoints" / "best.ckpt"
-        evaluated = dists.ktframe(["eval", str(ckpt), "eval.tasks=4", "eval.batch_size=4", "eval.steps=3", "eval.ns=[24]", "--json"], [site], strict=True, cwd=root)
+        evaluated = dists.ktframe(
+            ["eval", str(ckpt), "eval.tasks=4", "eval.batch_size=4", "eval.steps=3", "eval.ns=[24]", "--json"], [site], strict=True, cwd=root
+        )
         return fitted, evaluated
 
     with ThreadPoolExecutor(max_workers=4) as pool:

@@ -70,7 +70,9 @@ print(json.dumps(seen))
 
 
 def probe(*args: str) -> dict:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("KTFRAME_") and key not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")}
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith("KTFRAME_") and key not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+    }
     env["KTFRAME_STRICT_PLUGINS"] = "1"
     done = subprocess.run([sys.executable, "-c", PROBE, *args], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -1,7 +1,7 @@
 """The vectorised pieces of the exact path compute what their plain definitions compute: the
 arg-max map (winners found by a float compare and a product with [1, j]), the key-value sums of
 linear attention (block by block, streamed with the point stream), the blocked in-place layer, and
-the numba CPU kernels (ktframe.kernels), which must give what PyTorch gives with them turned off."""
+the numba CPU kernels (ktframe.fast.kernels), which must give what PyTorch gives with them turned off."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ktframe
-import ktframe.fast
-from ktframe import kernels, reference
+import ktframe.fast.model
+from ktframe.clustering import reference
+from ktframe.clustering.tasks import mixture
 from ktframe.components.maps import Hardmax, count_and_index
-from ktframe.fast import CACHE_BLOCK, key_value_sums
-from ktframe.tasks import mixture
+from ktframe.fast import CACHE_BLOCK, kernels, key_value_sums
 
 
 def plain_hardmax(logits: torch.Tensor) -> torch.Tensor:
@@ -143,7 +143,7 @@ def test_blocked_in_place_layers_equal_lloyd_and_the_autograd_path(monkeypatch, 
     # Tiny cache blocks: the in-place path splits both streams into many blocks and streams the
     # center update's key sums block by block; it must still be Lloyd's iteration, and agree with
     # the out-of-place path that autograd takes.
-    monkeypatch.setattr(ktframe.fast, "CACHE_BLOCK", 64)
+    monkeypatch.setattr(ktframe.fast.model, "CACHE_BLOCK", 64)
     g = torch.Generator().manual_seed(0)
     X = torch.randn(2, 300, 3, generator=g, dtype=torch.float64)
     C0 = reference.random_points(X, 5, g)
@@ -189,7 +189,7 @@ def test_in_place_reset_with_any_number_of_writers_equals_the_out_of_place_sum(w
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
-# --- the numba kernels (ktframe.kernels) against their plain PyTorch definitions ----------------
+# --- the numba kernels (ktframe.fast.kernels) against their plain PyTorch definitions ----------------
 
 
 def plain_argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -463,7 +463,8 @@ def counting(monkeypatch, names):
     """Count the calls of the named kernels (which still run)."""
     calls = dict.fromkeys(names, 0)
     for name in names:
-        def counted(*args, _name=name, _real=getattr(kernels, name), **kwargs):
+
+        def counted(*args, _name=name, _real=getattr(kernels, name), **kwargs):  # noqa: B008 (bound per name on purpose)
             calls[_name] += 1
             return _real(*args, **kwargs)
 
@@ -476,7 +477,7 @@ def counting(monkeypatch, names):
 @pytest.mark.parametrize("by_cluster", [True, False], ids=["by-cluster", "in-blocks"])
 def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block, by_cluster):
     if cache_block is not None:
-        monkeypatch.setattr(ktframe.fast, "CACHE_BLOCK", cache_block)
+        monkeypatch.setattr(ktframe.fast.model, "CACHE_BLOCK", cache_block)
     if not by_cluster:  # the layer's general path: blocks of rows, key sums of the one-hot slot
         monkeypatch.setattr(ktframe.fast.FastLayer, "_assign", lambda *args, **kwargs: None)
     g = torch.Generator().manual_seed(10 + B)
@@ -541,7 +542,11 @@ def test_ties_in_the_assignment_by_index_are_shared_as_without_kernels(monkeypat
     calls = counting(monkeypatch, ["add_sparse_key_sums"])
     decided = []
     map_rows = ktframe.fast.FastAttentionHead.map_rows
-    monkeypatch.setattr(ktframe.fast.FastAttentionHead, "map_rows", lambda head, q, k, task, row: decided.append(torch.stack([task, row], 1).tolist()) or map_rows(head, q, k, task, row))
+    monkeypatch.setattr(
+        ktframe.fast.FastAttentionHead,
+        "map_rows",
+        lambda head, q, k, task, row: decided.append(torch.stack([task, row], 1).tolist()) or map_rows(head, q, k, task, row),
+    )
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
     with torch.no_grad():
         with_kernels = model(X, C0)

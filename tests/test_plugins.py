@@ -14,18 +14,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import distributions as dists
 import pytest
 import torch
-
-import distributions as dists
 from distributions import BAD_SIGNATURE, BROKEN_HOOK, BROKEN_IMPORT, CLASH, GOOD, SAME_NAME, SHADOW, TYPO, Distribution, Run
-from ktframe import pluginmanager, reference
+
 from ktframe.cli.main import main
-from ktframe.errors import PluginError, UnknownNameError
-from ktframe.pluginmanager import BUILTIN_PLUGINS, PluginLoadWarning
+from ktframe.clustering import reference
 from ktframe.components.scores import Euclidean
-from ktframe.registry import Entry, Provenance, Registry
-from ktframe.variant import Variant, exact_tolerance, get_variant
+from ktframe.errors import PluginError, UnknownNameError
+from ktframe.plugin import manager as pluginmanager
+from ktframe.plugin.manager import BUILTIN_PLUGINS, PluginLoadWarning
+from ktframe.plugin.registry import Entry, Provenance, Registry
+from ktframe.plugin.variant import Variant, exact_tolerance, get_variant
 
 # Entry-point names, in the order the plugin manager loads them; each registers the variant of its name.
 FIRST_PARTY = ("kmedoids", "lloyd", "lloyd-dot", "robust", "soft", "spherical", "trimmed")
@@ -245,8 +246,7 @@ def test_broken_plugins_warn_and_leave_nothing_in_process(installed):
     assert messages == [
         "plugin 'broken-hook' from distribution ktframe-broken-hook failed at ktframe_register_variants: "
         "ValueError: ktframe-broken-hook gave up halfway through registering",
-        "plugin 'broken-import' from distribution ktframe-broken-import failed at import: "
-        "RuntimeError: ktframe-broken-import refuses to be imported",
+        "plugin 'broken-import' from distribution ktframe-broken-import failed at import: RuntimeError: ktframe-broken-import refuses to be imported",
     ]
     assert [f.plugin for f in state.failures] == ["broken-import", "broken-hook"]
     names = {(entry.kind, entry.name) for entry in state.registry}
@@ -390,7 +390,9 @@ B = Provenance("beta", "dist-beta", "2.0")
 
 
 def a_variant(name: str = "mine") -> Variant:
-    return Variant(name=name, summary="s", classical="Lloyd's algorithm", build=get_variant("lloyd").build, reference=reference.lloyd, tolerance=exact_tolerance)
+    return Variant(
+        name=name, summary="s", classical="Lloyd's algorithm", build=get_variant("lloyd").build, reference=reference.lloyd, tolerance=exact_tolerance
+    )
 
 
 def test_a_variant_is_registered_under_its_own_name():
@@ -406,7 +408,10 @@ def test_the_older_register_name_variant_is_accepted_while_the_names_agree():
     with pytest.warns(DeprecationWarning, match=r"register\(name, variant\) is deprecated; call register\(variant\)"):
         register("mine", a_variant())
     assert [entry.name for entry in staged] == ["mine"]
-    with pytest.raises(PluginError, match=r"^plugin 'alpha' \(distribution dist-alpha 1.0\) registered the variant named 'mine' as 'yours'; call register\(variant\), which uses variant.name$"):
+    with pytest.raises(
+        PluginError,
+        match=r"^plugin 'alpha' \(distribution dist-alpha 1.0\) registered the variant named 'mine' as 'yours'; call register\(variant\), which uses variant.name$",
+    ):
         register("yours", a_variant())
     assert len(staged) == 1
 

@@ -1,4 +1,4 @@
-"""The classical reference (``ktframe.reference``) against scikit-learn, and its seeding."""
+"""The classical reference (``ktframe.clustering.reference``) against scikit-learn, and its seeding."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import pairwise_distances_argmin
 
-from ktframe import reference
-from ktframe.reference import kmeans_plusplus, random_points
+from ktframe.clustering import reference
+from ktframe.clustering.reference import kmeans_plusplus, random_points
 
 
 def sklearn_one_iteration(X: np.ndarray, init: np.ndarray) -> KMeans:

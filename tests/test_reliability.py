@@ -21,20 +21,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import distributions as dists
 import pytest
 import torch
+from distributions import BROKEN_IMPORT, GOOD, Distribution
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import distributions as dists
-from distributions import BROKEN_IMPORT, GOOD, Distribution
-from ktframe import pluginmanager, reference
-from ktframe.errors import InputError
-from ktframe.pluginmanager import PluginLoadWarning
-from ktframe.training.checkpoint_io import AtomicCheckpointIO, read_checkpoint, write_checkpoint
 from test_bad_input import DRIVER, FORK, Outcome
 from test_equivalence import EXACT_MODELS, problems, run_model
 from test_training import TINY, VAL_METRICS, cli_env, csv_rows, fit, logged, ok, one_line_error, run_cli, start_cli, summary
+
+from ktframe.clustering import reference
+from ktframe.errors import InputError
+from ktframe.plugin import manager as pluginmanager
+from ktframe.plugin.manager import PluginLoadWarning
+from ktframe.training.checkpoint_io import AtomicCheckpointIO, read_checkpoint, write_checkpoint
 
 # One thread per run: torch's thread pool, spinning on a busy 2-core machine, makes a tiny run
 # several times slower.
@@ -222,9 +223,9 @@ def test_the_same_kill_corrupts_a_checkpoint_written_in_place(tmp_path):
 
 def test_fit_checkpoints_through_the_atomic_writer(tmp_path):
     from ktframe.training.config import load_config
-    from ktframe.training.run import _trainer
+    from ktframe.training.run import make_trainer
 
-    trainer = _trainer(load_config([*TINY, "logger.kind=none"]), False, [], tmp_path)
+    trainer = make_trainer(load_config([*TINY, "logger.kind=none"]), False, [], tmp_path)
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
 
 
@@ -293,7 +294,11 @@ CASES = [
     Case("fit-family", [*FIT, "data.family=gauss"], ["'data.family' must be one of gaussian, cauchy", "got 'gauss'"]),
     Case("fit-initializer", [*FIT, "data.init=kmeans"], ["unknown initializer 'kmeans'", "did you mean 'kmeans++'?"]),
     Case("fit-accelerator", [*FIT, "trainer.accelerator=tpu9"], ["invalid trainer.accelerator", "tpu9"]),
-    Case("fit-online-without-key", [*FIT, "logger.kind=wandb", "logger.mode=online"], ["logger.mode=online needs a W&B API key", "expected logger.mode=auto or offline"]),
+    Case(
+        "fit-online-without-key",
+        [*FIT, "logger.kind=wandb", "logger.mode=online"],
+        ["logger.mode=online needs a W&B API key", "expected logger.mode=auto or offline"],
+    ),
     Case("fit-wandb-mode", [*FIT, "logger.kind=wandb", "logger.mode=loud"], ["'logger.mode' must be one of auto, online, offline", "got 'loud'"]),
     # YAML files
     Case("yaml-python-tag", [*FIT, "preset={python-tag.yaml}"], ["python-tag.yaml: refused", "python/object/apply:os.mkdir", "no Python tags"]),
@@ -301,11 +306,19 @@ CASES = [
     Case("yaml-not-text", [*FIT, "preset={binary.yaml}"], ["binary.yaml: YAML syntax error", "can't decode"]),
     Case("yaml-bad-value", [*FIT, "preset={negative-lr.yaml}"], ["'optim.lr' must be a positive number; got -0.1"]),
     # checkpoints given to eval
-    Case("eval-truncated", ["eval", "{truncated.ckpt}"], ["truncated.ckpt: not a readable checkpoint (empty, truncated or corrupt", "expected a .ckpt written by ktframe fit"]),
+    Case(
+        "eval-truncated",
+        ["eval", "{truncated.ckpt}"],
+        ["truncated.ckpt: not a readable checkpoint (empty, truncated or corrupt", "expected a .ckpt written by ktframe fit"],
+    ),
     Case("eval-empty", ["eval", "{empty.ckpt}"], ["empty.ckpt: not a readable checkpoint", "expected a .ckpt"]),
     Case("eval-not-a-checkpoint", ["eval", "{points.ckpt}"], ["points.ckpt: refused to load", "expected a .ckpt written by ktframe fit"]),
     Case("eval-payload", ["eval", "{hostile.ckpt}"], ["hostile.ckpt: refused to load", "weights_only=True"]),
-    Case("eval-other-d-k", ["eval", "{other-d-k.ckpt}"], ["other-d-k.ckpt: its weights do not fit the model its config describes", "size mismatch for layers.0", "torch.Size([9, 9])"]),
+    Case(
+        "eval-other-d-k",
+        ["eval", "{other-d-k.ckpt}"],
+        ["other-d-k.ckpt: its weights do not fit the model its config describes", "size mismatch for layers.0", "torch.Size([9, 9])"],
+    ),
     Case("eval-other-variant", ["eval", "{other-variant.ckpt}"], ["other-variant.ckpt: its weights do not fit the model its config describes"]),
     Case("eval-missing", ["eval", "{nowhere.ckpt}"], ["nowhere.ckpt: no such checkpoint file"]),
     # eval overrides
@@ -319,10 +332,23 @@ CASES = [
     # checkpoints given to resume
     Case("resume-truncated", [*FIT, "resume={truncated.ckpt}"], ["truncated.ckpt: not a readable checkpoint"]),
     Case("resume-payload", [*FIT, "resume={hostile.ckpt}"], ["hostile.ckpt: refused to load", "weights_only=True"]),
-    Case("resume-other-d", [*FIT, "data.d=3", "resume={good.ckpt}"], ["cannot resume: the checkpoint was trained with data.d=2, this run has data.d=3", "add data.d=2"]),
+    Case(
+        "resume-other-d",
+        [*FIT, "data.d=3", "resume={good.ckpt}"],
+        ["cannot resume: the checkpoint was trained with data.d=2, this run has data.d=3", "add data.d=2"],
+    ),
     Case("resume-other-variant", [*FIT, "resume={other-variant.ckpt}"], ["trained with model.variant=lloyd, this run has model.variant=learned"]),
-    Case("resume-edited-weights", [*FIT, "data.d=5", "data.k=4", "resume={other-d-k.ckpt}"], ["other-d-k.ckpt: its weights do not fit the model its config describes", "size mismatch for model.layers.0"]),
-    Case("resume-auto-corrupt-last", [*FIT, "name=cut", "resume=auto"], ["last.ckpt: not a readable checkpoint"], {"runs/cut/checkpoints/last.ckpt": b"PK\x03\x04 cut short"}),
+    Case(
+        "resume-edited-weights",
+        [*FIT, "data.d=5", "data.k=4", "resume={other-d-k.ckpt}"],
+        ["other-d-k.ckpt: its weights do not fit the model its config describes", "size mismatch for model.layers.0"],
+    ),
+    Case(
+        "resume-auto-corrupt-last",
+        [*FIT, "name=cut", "resume=auto"],
+        ["last.ckpt: not a readable checkpoint"],
+        {"runs/cut/checkpoints/last.ckpt": b"PK\x03\x04 cut short"},
+    ),
 ]
 # Run with the cases, checked on its own: --debug shows what the one line hides.
 DEBUG = Case("debug", ["--debug", "eval", "{truncated.ckpt}"], ["ktframe.errors.InputError: ", "not a readable checkpoint"])
@@ -399,7 +425,9 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, case_outcomes):
         assert fragment in line, f"{fragment!r} not in {line!r}"
     # nothing created or changed in the folder it ran in (runs/, out/, a run folder, a checkpoint)
     given = {Path(name): content for name, content in case.files.items()}
-    assert snapshot(outcome.folder) == {str(path): b"/" for name in given for path in name.parents if path != Path(".")} | {str(name): content for name, content in given.items()}
+    assert snapshot(outcome.folder) == {str(path): b"/" for name in given for path in name.parents if path != Path(".")} | {
+        str(name): content for name, content in given.items()
+    }
 
 
 def test_debug_shows_the_traceback(case_outcomes):
@@ -418,7 +446,7 @@ BROKEN_REGISTER = Distribution(
     version="0.0.6",
     module="ktframe_test_broken_register",
     entry_points={"broken-register": "ktframe_test_broken_register"},
-    source='''
+    source="""
         from ktframe import hookimpl
         from ktframe.components.scores import Euclidean
 
@@ -430,7 +458,7 @@ BROKEN_REGISTER = Distribution(
 
         def __dir__():
             raise RuntimeError("ktframe-broken-register cannot list its hooks")
-    ''',
+    """,
 )
 
 
@@ -458,7 +486,12 @@ def test_a_plugin_that_raises_at_registration_is_named_and_the_rest_load(plugin_
     assert run.returncode == 0, run
     info = run.json()
     assert info["failures"] == [
-        {"plugin": "broken-register", "distribution": "ktframe-broken-register", "stage": "register", "error": "RuntimeError: ktframe-broken-register cannot list its hooks"}
+        {
+            "plugin": "broken-register",
+            "distribution": "ktframe-broken-register",
+            "stage": "register",
+            "error": "RuntimeError: ktframe-broken-register cannot list its hooks",
+        }
     ]
     assert "plugin 'broken-register' from distribution ktframe-broken-register failed at register" in run.stderr
     names = [p["name"] for p in info["plugins"]]

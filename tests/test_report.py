@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats
+from test_training import ok, one_line_error, run_cli
 
 from ktframe.cli.main import build_parser
-from test_training import ok, one_line_error, run_cli
 
 RATIOS = {"a": 0.9, "b": 1.0, "deep/group/c": 1.1}  # run folder → val/ratio; one run two levels down
 ARIS = {"a": 0.7, "b": 0.8}  # the third run has no val/ari
@@ -35,17 +35,29 @@ def write_run(folder: Path, metrics: dict[str, float], curves: dict[tuple[str, i
     """A run folder as ``ktframe fit`` (summary.json) and ``ktframe eval`` (eval/eval.json) leave it."""
     folder.mkdir(parents=True)
     summary = {
-        "run_id": folder.name, "run_dir": str(folder), "global_step": 60, "world_size": 1, "rank": 0,
-        "best_checkpoint": str(folder / "checkpoints" / "best.ckpt"), "last_checkpoint": str(folder / "checkpoints" / "last.ckpt"),
-        "best_val_ratio": metrics["val/ratio"], "metrics": {"train/loss": 1.2, **metrics},
+        "run_id": folder.name,
+        "run_dir": str(folder),
+        "global_step": 60,
+        "world_size": 1,
+        "rank": 0,
+        "best_checkpoint": str(folder / "checkpoints" / "best.ckpt"),
+        "last_checkpoint": str(folder / "checkpoints" / "last.ckpt"),
+        "best_val_ratio": metrics["val/ratio"],
+        "metrics": {"train/loss": 1.2, **metrics},
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
     if curves is not None:
         settings = [{"init": init, "n": n, "log_objective": methods} for (init, n), methods in curves.items()]
         report = {
-            "variant": "learned", "reference": None, "family": "gaussian", "tasks": 320, "steps": len(settings[0]["log_objective"]["model"]) - 1,
-            "primary": {"init": settings[0]["init"], "n": settings[0]["n"]}, "log_objective": settings[0]["log_objective"],
-            "settings": settings, "checkpoint": summary["best_checkpoint"],
+            "variant": "learned",
+            "reference": None,
+            "family": "gaussian",
+            "tasks": 320,
+            "steps": len(settings[0]["log_objective"]["model"]) - 1,
+            "primary": {"init": settings[0]["init"], "n": settings[0]["n"]},
+            "log_objective": settings[0]["log_objective"],
+            "settings": settings,
+            "checkpoint": summary["best_checkpoint"],
         }
         (folder / "eval").mkdir()
         (folder / "eval" / "eval.json").write_text(json.dumps(report, indent=2))

@@ -13,7 +13,8 @@ import sys
 import pytest
 import torch
 
-from ktframe import kernels, switches
+from ktframe import switches
+from ktframe.fast import kernels
 
 OFF = ["", "0", "false", "FALSE", "No", " off ", "  "]
 ON = ["1", "true", "TRUE", " yes ", "on", "On"]
@@ -44,7 +45,8 @@ def test_no_kernels_in_process(value, on, monkeypatch):
 
 PROBE = """
 import json, torch
-from ktframe import kernels, pluginmanager
+from ktframe.fast import kernels
+from ktframe.plugin import manager as pluginmanager
 print(json.dumps({"kernels": kernels.usable(torch.zeros(3)), "variants": pluginmanager.registry().names("variant")}))
 """
 

@@ -25,8 +25,15 @@ REPO = Path(__file__).resolve().parents[1]
 # Tasks of 32 points in 2-d with 3 clusters, 4 per batch; 8 validation tasks (even, so that two
 # DDP ranks see 4 each and Lightning's DistributedSampler pads nothing).
 TINY = [
-    "data.n=32", "data.d=2", "data.k=3", "data.batch_size=4", "data.val_tasks=8", "data.val_batch_size=4",
-    "trainer.max_steps=20", "trainer.val_every=10", "trainer.progress_bar=false",
+    "data.n=32",
+    "data.d=2",
+    "data.k=3",
+    "data.batch_size=4",
+    "data.val_tasks=8",
+    "data.val_batch_size=4",
+    "trainer.max_steps=20",
+    "trainer.val_every=10",
+    "trainer.progress_bar=false",
 ]
 VAL_METRICS = ("val/ratio", "val/objective", "val/log_objective", "val/ari", "val/nmi")
 
@@ -42,7 +49,9 @@ def cli_env(home: Path, env: dict[str, str] | None = None) -> dict[str, str]:
 def start_cli(args: list[str], home: Path, *, env: dict[str, str] | None = None) -> subprocess.Popen:
     """``python -m ktframe.cli.main ARGS`` started in ``home``, in a process group of its own."""
     command = [sys.executable, "-m", "ktframe.cli.main", *args]
-    return subprocess.Popen(command, cwd=home, env=cli_env(home, env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        command, cwd=home, env=cli_env(home, env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def run_cli(args: list[str], home: Path, *, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -172,7 +181,9 @@ def test_fit_end_to_end_learns_and_writes_its_run_folder(tmp_path):
     assert sorted(p.name for p in (run_dir / "figures").iterdir()) == ["attention.png", "objective.png", "qk.png", "trajectories.png"]
 
     # `ktframe eval` runs the paper's protocol on the checkpoint (small: 8 tasks, 5 steps).
-    evaluated = ok(run_cli(["eval", str(checkpoints / "best.ckpt"), "eval.tasks=8", "eval.batch_size=4", "eval.steps=5", "eval.ns=[16,32]", "--json"], tmp_path))
+    evaluated = ok(
+        run_cli(["eval", str(checkpoints / "best.ckpt"), "eval.tasks=8", "eval.batch_size=4", "eval.steps=5", "eval.ns=[16,32]", "--json"], tmp_path)
+    )
     report = json.loads(evaluated.stdout)
     assert set(report["log_objective"]) == {"model", "lloyd", "kmeans++", "greedy-kmeans++"}
     assert all(len(values) == 6 and all(math.isfinite(v) for v in values) for values in report["log_objective"].values())

@@ -22,12 +22,12 @@ import pytest
 import torch
 
 import ktframe
-from ktframe import reference
+from ktframe.clustering import reference
+from ktframe.clustering.reference import random_points, sqdist
+from ktframe.clustering.tasks import mixture
 from ktframe.errors import InputError
-from ktframe.pluginmanager import registry
-from ktframe.reference import random_points, sqdist
-from ktframe.tasks import mixture
-from ktframe.variant import get_variant
+from ktframe.plugin.manager import registry
+from ktframe.plugin.variant import get_variant
 
 
 def run(variant, X, C0, n_layers, **options):
@@ -180,7 +180,7 @@ def test_robust_weights_are_sparsemax_of_the_scaled_distances():
         offsets = w[support] + beta * D[j, support]
         torch.testing.assert_close(offsets, offsets[:1].expand_as(offsets), atol=1e-12, rtol=0)
         assert bool((-beta * D[j, members & ~support] <= -offsets[0] + 1e-12).all())
-        assert bool(((members & ~support)).any())  # at beta = 5 the far members of this cluster are cut
+        assert bool((members & ~support).any())  # at beta = 5 the far members of this cluster are cut
     # As beta -> 0 the weights become uniform over the cluster: Lloyd's mean.
     X2, C2 = problem(7)
     torch.testing.assert_close(run("robust", X2, C2, 4, beta=1e-9).trajectory, reference.lloyd(X2, C2, 4).trajectory, atol=1e-6, rtol=0)
@@ -308,7 +308,15 @@ def verify_runs():
     cases = {name: ("--variant", name, *args, "--n", "400", "--layers", "5", "--json") for name, args in DOCUMENTED.items()}
     cases["trimmed-finite"] = ("--variant", "trimmed", "--gamma", "1e4", "--json")
     with ThreadPoolExecutor(max_workers=2) as pool:
-        done = dict(zip(cases, pool.map(lambda args: subprocess.run([sys.executable, "-m", "ktframe.cli.main", "verify", *args], capture_output=True, text=True, timeout=600), cases.values())))
+        done = dict(
+            zip(
+                cases,
+                pool.map(
+                    lambda args: subprocess.run([sys.executable, "-m", "ktframe.cli.main", "verify", *args], capture_output=True, text=True, timeout=600),
+                    cases.values(),
+                ),
+            )
+        )
     return done
 
 
@@ -328,7 +336,9 @@ def test_verify_passes_at_the_documented_setting(verify_runs, variant):
 def test_verify_trimmed_at_a_finite_gamma_is_a_one_line_error(verify_runs):
     proc = verify_runs["trimmed-finite"]
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == ["ktframe verify: error: trimmed needs hard assignments: its norm-max update counts the members of each cluster; use gamma=inf (got gamma=10000)"]
+    assert proc.stderr.strip().splitlines() == [
+        "ktframe verify: error: trimmed needs hard assignments: its norm-max update counts the members of each cluster; use gamma=inf (got gamma=10000)"
+    ]
 
 
 def test_fit_variant_shorthand_builds_a_learnable_version():
@@ -348,7 +358,10 @@ def test_fit_variant_shorthand_builds_a_learnable_version():
     for overrides, message in (
         (["variant=robst"], r"^unknown variant 'robst'; expected one of: .* \(did you mean 'robust'\?\)$"),
         (["variant=robust", "model.variant=soft"], r"^variant=robust and model.variant=soft name different variants; give one of them$"),
-        (["variant=trimmed", "model.options.trimm=0.1"], r"^unknown option 'trimm' for variant 'trimmed'; expected one of: gamma, trim, share_weights, fast \(did you mean 'trim'\?\)$"),
+        (
+            ["variant=trimmed", "model.options.trimm=0.1"],
+            r"^unknown option 'trimm' for variant 'trimmed'; expected one of: gamma, trim, share_weights, fast \(did you mean 'trim'\?\)$",
+        ),
     ):
         with pytest.raises(ktframe.KtframeError, match=message):
             load_config(overrides)

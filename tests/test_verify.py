@@ -28,7 +28,7 @@ FIRST_PARTY = ["lloyd", "lloyd-dot", "soft", "spherical", "trimmed", "robust", "
 HARD_FLOAT64 = {"gamma": "inf", "dtype": "float64"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ktframe(*args: str) -> subprocess.CompletedProcess:
     """Run ``ktframe ARGS`` once per distinct argument list (several tests read the same run)."""
     return subprocess.run(

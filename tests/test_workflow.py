@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
+from test_training import REPO, TINY, cli_env, csv_rows, fit, logged, ok, one_line_error, run_cli, summary
 from wandb.sdk.launch.sweeps import utils as sweep_utils
+from wandb_records import records
 
 from ktframe.training.config import describe_keys
-from test_training import REPO, TINY, cli_env, csv_rows, fit, logged, ok, one_line_error, run_cli, summary
-from wandb_records import records
 
 # The evaluation protocol, shrunk: 8 tasks at two n, 5 steps.
 SMALL_EVAL = ["eval.tasks=8", "eval.batch_size=4", "eval.steps=5", "eval.ns=[16,32]"]
@@ -44,7 +44,9 @@ def wandb_records(run_dir: Path) -> list:
 @pytest.mark.slow
 def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
     dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(REPO), "-w", str(dist)], capture_output=True, text=True)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(REPO), "-w", str(dist)], capture_output=True, text=True
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = dist.glob("ktframe-*.whl")
 
@@ -52,7 +54,9 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
-    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", "-c", str(REPO / ".ci" / "constraints.txt"), str(wheel)], capture_output=True, text=True)
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "-c", str(REPO / ".ci" / "constraints.txt"), str(wheel)], capture_output=True, text=True
+    )
     assert installed.returncode == 0, installed.stderr[-3000:]
 
     work = tmp_path / "elsewhere"
@@ -69,7 +73,17 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
 
     assert "paper-none, quick" in ktframe("fit", "--help").stdout  # the presets are inside the package
     assert OmegaConf.create(ktframe("config", "show", "preset=paper").stdout).data.n == 512
-    fitted = ktframe("fit", "name=w", "trainer.max_steps=3", "trainer.val_every=2", "data.val_tasks=8", "logger.kind=csv", "trainer.progress_bar=false", "eval.after_fit=true", *SMALL_EVAL)
+    fitted = ktframe(
+        "fit",
+        "name=w",
+        "trainer.max_steps=3",
+        "trainer.val_every=2",
+        "data.val_tasks=8",
+        "logger.kind=csv",
+        "trainer.progress_bar=false",
+        "eval.after_fit=true",
+        *SMALL_EVAL,
+    )
     run_dir = work / "runs" / "w"
     assert summary(run_dir)["global_step"] == 3, fitted.stdout
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
@@ -217,7 +231,17 @@ def test_the_sweep_file_runs_as_wandb_agent_runs_it(tmp_path):
 
 @pytest.mark.slow
 def test_any_trainer_argument_reaches_lightning_and_early_stopping_stops(tmp_path):
-    done = ok(fit(tmp_path, "name=t", "trainer.max_steps=200", "trainer.profiler=simple", "trainer.gradient_clip_val=0.5", "trainer.early_stopping=1", "optim.lr=1e-12"))
+    done = ok(
+        fit(
+            tmp_path,
+            "name=t",
+            "trainer.max_steps=200",
+            "trainer.profiler=simple",
+            "trainer.gradient_clip_val=0.5",
+            "trainer.early_stopping=1",
+            "optim.lr=1e-12",
+        )
+    )
     assert "FIT Profiler Report" in done.stdout + done.stderr  # trainer.profiler reached the Trainer
     run_dir = tmp_path / "runs" / "t"
     # The weights cannot move at this learning rate, so val/ratio never improves on its first value:
@@ -283,7 +307,7 @@ def test_the_declared_dependencies_cover_every_import():
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 imported.add(node.module.split(".")[0])
     stdlib = set(sys.stdlib_module_names) | {"__future__", "ktframe"}
-    test_only = {"pytest"}  # ktframe.testing, the conformance checker, runs under pytest
+    test_only = {"pytest"}  # ktframe.plugin.testing, the conformance checker, runs under pytest
     distribution = {"yaml": "pyyaml"}
     third_party = {distribution.get(name, name) for name in imported - stdlib - test_only if not name.startswith("ktframe_")}
     assert third_party <= declared, third_party - declared

@@ -9,8 +9,8 @@ record is a ``wandb_internal_pb2.Record`` protobuf.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from wandb.proto import wandb_internal_pb2
 

@@ -7,8 +7,8 @@ import math
 import sys
 
 from ktframe.cli.options import parse_gamma
-from ktframe.datafile import label_lines, load_points, write_atomically
-from ktframe.estimator import TransformerKMeans
+from ktframe.clustering.datafile import label_lines, load_points, write_atomically
+from ktframe.clustering.estimator import TransformerKMeans
 
 
 def _seed(text: str) -> int:

@@ -24,25 +24,31 @@ def _keys_help() -> str:
     rows = list(describe_keys())
     width = max(len(key) for key, *_ in rows)
     lines = [f"  {key:<{width}}  {kind:<13} {default:<12} {meaning}" for key, kind, default, meaning in rows]
-    return "\n".join([
-        f"presets: {', '.join(presets())} (preset=NAME; or preset=path/to/file.yaml)",
-        "",
-        "config keys (key=value; type, default of the schema before the preset, meaning):",
-        *lines,
-        f"  {'trainer.KEY':<{width}}  {'any':<13} {'-':<12} any other argument of Lightning's Trainer, e.g. trainer.gradient_clip_val=1.0",
-        "",
-        "multirun: ktframe fit -m data.seed=0,1,2 optim.lr=0.01,0.003 runs the 6 combinations (also range(0,10));",
-        "          then `ktframe report runs/SWEEP` aggregates them.",
-    ])
+    return "\n".join(
+        [
+            f"presets: {', '.join(presets())} (preset=NAME; or preset=path/to/file.yaml)",
+            "",
+            "config keys (key=value; type, default of the schema before the preset, meaning):",
+            *lines,
+            f"  {'trainer.KEY':<{width}}  {'any':<13} {'-':<12} any other argument of Lightning's Trainer, e.g. trainer.gradient_clip_val=1.0",
+            "",
+            "multirun: ktframe fit -m data.seed=0,1,2 optim.lr=0.01,0.003 runs the 6 combinations (also range(0,10));",
+            "          then `ktframe report runs/SWEEP` aggregates them.",
+        ]
+    )
 
 
 def add_parser(commands) -> None:
     p = commands.add_parser(
-        "fit", help="train a k-means transformer; preset=NAME picks a preset (default: quick)",
-        epilog=_keys_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        "fit",
+        help="train a k-means transformer; preset=NAME picks a preset (default: quick)",
+        epilog=_keys_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. preset=paper optim.lr=0.001 trainer.devices=2")
-    p.add_argument("-m", "--multirun", action="store_true", help="run every combination of the comma lists (KEY=a,b,c) as a run of its own, in one sweep folder")
+    p.add_argument(
+        "-m", "--multirun", action="store_true", help="run every combination of the comma lists (KEY=a,b,c) as a run of its own, in one sweep folder"
+    )
     p.add_argument("--jobs", type=_positive, default=None, help="with -m: runs at once (default: 1)")
     p.set_defaults(run=run)
 

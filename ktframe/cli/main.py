@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
-from ktframe import pluginmanager
 from ktframe.cli import cluster, config, eval, fit, plugins, report, verify
 from ktframe.errors import KtframeError, UnknownNameError
+from ktframe.plugin import manager as pluginmanager
 
 COMMANDS = (fit, eval, report, verify, cluster, config, plugins)
 
@@ -23,7 +23,9 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> Parser:
     parser = Parser(prog="ktframe", description="Clustering algorithms written as transformer circuits.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
-    parser.add_argument("--no-plugins", action="store_true", help="run the core alone: built-in components only, no installed plugin (as KTFRAME_DISABLE_PLUGINS=1)")
+    parser.add_argument(
+        "--no-plugins", action="store_true", help="run the core alone: built-in components only, no installed plugin (as KTFRAME_DISABLE_PLUGINS=1)"
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
     for command in COMMANDS:

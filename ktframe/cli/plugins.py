@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ktframe import pluginmanager
-from ktframe.variant import setting_json, setting_text
+from ktframe.plugin import manager as pluginmanager
+from ktframe.plugin.variant import setting_json, setting_text
 
 
 def add_parser(commands) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ktframe.cli.options import parse_gamma
-from ktframe.verify import PAPER_DTYPE, PAPER_GAMMA, Setting, format_report, verify
+from ktframe.clustering.verify import PAPER_DTYPE, PAPER_GAMMA, Setting, format_report, verify
 
 
 def add_parser(commands) -> None:
@@ -22,7 +22,12 @@ def add_parser(commands) -> None:
         help=f"inverse temperature, or 'inf' for the hard limit (default: the variant's declared exact setting, as `ktframe plugins` lists it; {PAPER_GAMMA:g} for a variant that declares none)",
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=default.seed, help=f"data and initial centers (default: {default.seed})")
-    p.add_argument("--dtype", choices=("float32", "float64"), default=None, help=f"(default: the variant's declared exact setting; {PAPER_DTYPE} for a variant that declares none)")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "float64"),
+        default=None,
+        help=f"(default: the variant's declared exact setting; {PAPER_DTYPE} for a variant that declares none)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=run)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ktframe.hookspecs import Register, hookimpl
+from ktframe.plugin.hookspecs import Register, hookimpl
 
 
 class Embedding:

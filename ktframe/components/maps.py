@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import entmax
 import torch
 
-from ktframe import kernels
 from ktframe.errors import InputError
-from ktframe.hookspecs import Register, hookimpl
+from ktframe.fast import kernels
+from ktframe.plugin.hookspecs import Register, hookimpl
 
 
 @dataclass

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from ktframe.hookspecs import Register, hookimpl
-from ktframe.reference import sqdist
+from ktframe.clustering.reference import sqdist
+from ktframe.plugin.hookspecs import Register, hookimpl
 
 
 class Score:
@@ -86,7 +86,9 @@ class ClusterEuclidean(Score):
     that rank points by them (trimming, sampling) must rank them as the classical algorithms do.
     """
 
-    description = "-gamma * ||q_x - k_x||^2 + log(q_y . k_y): distances to the points of the query's cluster (the last `gate` coordinates are index / assignment)"
+    description = (
+        "-gamma * ||q_x - k_x||^2 + log(q_y . k_y): distances to the points of the query's cluster (the last `gate` coordinates are index / assignment)"
+    )
 
     def __init__(self, gate: int) -> None:
         if gate < 1:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
@@ -38,7 +39,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise InputError(f"{path}: refused to load: not plain weights and data ({_refusal(exc)}); ktframe loads checkpoints with weights_only=True, so nothing in one can run; {EXPECTED}") from None
+        raise InputError(
+            f"{path}: refused to load: not plain weights and data ({_refusal(exc)}); ktframe loads checkpoints with weights_only=True, so nothing in one can run; {EXPECTED}"
+        ) from None
     except (EOFError, OSError, RuntimeError, IndexError, ValueError, zipfile.BadZipFile) as exc:
         # torch reports an empty, cut-off or garbled file in all of these ways, some with no message
         detail = next(iter(str(exc).splitlines()), "").split(". ")[0] or type(exc).__name__
@@ -57,7 +60,9 @@ def load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | os.
     except RuntimeError as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]  # a heading, then each difference
         first = lines[1] if len(lines) > 1 else lines[0]
-        raise InputError(f"{path}: its weights do not fit the model its config describes ({first if len(first) <= 200 else first[:200] + '...'}); {EXPECTED}, unedited") from None
+        raise InputError(
+            f"{path}: its weights do not fit the model its config describes ({first if len(first) <= 200 else first[:200] + '...'}); {EXPECTED}, unedited"
+        ) from None
 
 
 def write_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:

@@ -11,19 +11,20 @@ import dataclasses
 import inspect
 import json
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 import yaml
 from omegaconf import II, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from ktframe.clustering.tasks import FAMILIES
 from ktframe.errors import InputError
-from ktframe.registry import closest
-from ktframe.tasks import FAMILIES
+from ktframe.plugin.registry import closest
 
 DEFAULT_PRESET = "quick"
 
@@ -163,7 +164,10 @@ def _check_trainer_key(name: str) -> None:
     own = [f.name for f in dataclasses.fields(TrainerConfig)]
     if name not in trainer_arguments():
         hint = closest(name, [*own, *(a for a in trainer_arguments() if a not in _TRAINER_OWN)])
-        raise InputError(f"unknown config key 'trainer.{name}': neither a ktframe key nor an argument of Lightning's Trainer" + (f"; did you mean 'trainer.{hint}'?" if hint else ""))
+        raise InputError(
+            f"unknown config key 'trainer.{name}': neither a ktframe key nor an argument of Lightning's Trainer"
+            + (f"; did you mean 'trainer.{hint}'?" if hint else "")
+        )
 
 
 def check_keys(values: Any, schema: Any = None, prefix: str = "") -> None:
@@ -199,7 +203,9 @@ def _read_yaml(source: Any) -> dict:
     except OmegaConfBaseException as exc:
         raise InputError(f"{source}: not a valid config ({str(exc).splitlines()[0]})") from None
     except yaml.constructor.ConstructorError as exc:  # e.g. !!python/object: the safe loader builds none
-        raise InputError(f"{source}: refused: {exc.problem} ({' '.join(str(exc.problem_mark).split())}); config files may hold only plain YAML values, no Python tags") from None
+        raise InputError(
+            f"{source}: refused: {exc.problem} ({' '.join(str(exc.problem_mark).split())}); config files may hold only plain YAML values, no Python tags"
+        ) from None
     except Exception as exc:  # the YAML parser's own errors: a syntax error in the file
         raise InputError(f"{source}: YAML syntax error: {' '.join(str(exc).split())}") from None
     values = OmegaConf.to_container(loaded)
@@ -254,7 +260,7 @@ def _variant_defaults(cli: dict) -> list[dict]:
     chosen = (cli.get("model") or {}).get("variant") if isinstance(cli.get("model"), dict) else None
     if chosen not in (None, name):
         raise InputError(f"variant={name} and model.variant={chosen} name different variants; give one of them")
-    from ktframe.variant import get_variant
+    from ktframe.plugin.variant import get_variant
 
     defaults = OmegaConf.to_container(OmegaConf.create(dict(get_variant(str(name)).training)))
     check_keys(defaults)
@@ -263,7 +269,7 @@ def _variant_defaults(cli: dict) -> list[dict]:
 
 def _check_variant(cfg: DictConfig) -> None:
     """The variant exists and takes the options given, before any training starts."""
-    from ktframe.variant import check_options, get_variant
+    from ktframe.plugin.variant import check_options, get_variant
 
     check_options(get_variant(cfg.model.variant), dict(cfg.model.options))
 
@@ -321,7 +327,9 @@ def check_values(cfg: DictConfig) -> None:
     if cfg.model.scale is not None and not (math.isfinite(cfg.model.scale) and cfg.model.scale > 0):
         raise _value_error("model.scale", cfg.model.scale, "null (for 1/sqrt(d_emb)) or a positive number")
     if cfg.data.k > cfg.data.n:
-        raise InputError(f"config key 'data.k'={cfg.data.k} exceeds data.n={cfg.data.n}: a task cannot have more clusters than points; expected data.k <= data.n")
+        raise InputError(
+            f"config key 'data.k'={cfg.data.k} exceeds data.n={cfg.data.n}: a task cannot have more clusters than points; expected data.k <= data.n"
+        )
     if not cfg.eval.inits:
         raise _value_error("eval.inits", [], "a non-empty list of initialiser names")
     if not cfg.eval.ns or not all(type(n) is int and n >= 1 for n in cfg.eval.ns):

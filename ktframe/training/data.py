@@ -7,8 +7,8 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
 
-from ktframe.pluginmanager import registry
-from ktframe.tasks import mixture
+from ktframe.clustering.tasks import mixture
+from ktframe.plugin.manager import registry
 
 
 def draw(cfg, batch: int, generator: torch.Generator, *, n: int | None = None, family: str | None = None, init: str | None = None):

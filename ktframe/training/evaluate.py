@@ -9,20 +9,21 @@ every step. Initial centers random data points or k-means++; any n; any distribu
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from omegaconf import OmegaConf
 
-from ktframe import reference
-from ktframe.datafile import write_atomically
+from ktframe.clustering import reference
+from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
+from ktframe.plugin.variant import get_variant
 from ktframe.training.checkpoint_io import load_weights, read_checkpoint
 from ktframe.training.config import check_keys, merge, parse_overrides, to_dict
 from ktframe.training.data import draw
 from ktframe.training.module import model_from_config
-from ktframe.variant import get_variant
 
 METHODS = ("model", "lloyd", "kmeans++", "greedy-kmeans++")
 

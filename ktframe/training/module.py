@@ -8,10 +8,10 @@ import lightning as L
 import torch
 from torchmetrics import MetricCollection
 
-from ktframe.construction import learnable
+from ktframe.plugin.variant import build_model
 from ktframe.training.loss import softmin_bound
 from ktframe.training.metrics import AdjustedRand, KMeansObjective, MeanLogObjective, NormalizedMutualInfo, RatioToLloyd
-from ktframe.variant import build_model
+from ktframe.transformer.construction import learnable
 
 # Options of ModelConfig that are the model's own, passed to the variant's builder as given.
 _MODEL_OPTIONS = ("embedding", "score", "attention_map", "norm", "scale", "dropout")
@@ -98,4 +98,7 @@ class KMeansTransformerModule(L.LightningModule):
         optimizer = torch.optim.Adam(self.parameters(), lr=optim["lr"])
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=optim["plateau_factor"], patience=optim["plateau_patience"])
         # Stepped after every validation (every `val_every` steps) on the validation ratio.
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val/ratio", "interval": "step", "frequency": self.config["trainer"]["val_every"]}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "monitor": "val/ratio", "interval": "step", "frequency": self.config["trainer"]["val_every"]},
+        }

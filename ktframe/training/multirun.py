@@ -16,12 +16,12 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
-from ktframe.datafile import write_atomically
+from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
 from ktframe.training.config import load_config, parse_overrides
 
@@ -93,7 +93,9 @@ def refuse_sweeps(overrides: Sequence[str]) -> None:
     """Outside a multirun, a comma list is a mistake: say how to run it."""
     for item in overrides:
         if "=" in item and split_values(item) is not None:
-            raise InputError(f"{item!r} is a sweep over several values; expected `ktframe fit -m {item}` to run each, or a list in brackets ([a,b]) for one list value")
+            raise InputError(
+                f"{item!r} is a sweep over several values; expected `ktframe fit -m {item}` to run each, or a list in brackets ([a,b]) for one list value"
+            )
 
 
 def plan(overrides: Sequence[str], new_name: Callable[[], str]) -> Sweep:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from ktframe.datafile import write_atomically
+from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
 
 SUMMARY = "summary.json"
@@ -72,7 +72,7 @@ def _run_metrics(path: Path) -> dict[str, float | None]:
     """The ``val/`` metrics of one run's summary.json: its final validation."""
     metrics = _read_json(path).get("metrics")
     if not isinstance(metrics, dict):
-        raise InputError(f"{path}: no \"metrics\" object; expected the summary.json ktframe fit writes")
+        raise InputError(f'{path}: no "metrics" object; expected the summary.json ktframe fit writes')
     return {name: _number(value, path, f"metrics[{name!r}]") for name, value in metrics.items() if name.startswith("val/")}
 
 
@@ -80,11 +80,16 @@ def _run_curves(path: Path) -> Curves:
     """Per (init, n, method): one run's mean log objective at every evaluation step."""
     settings = _read_json(path).get("settings")
     if not isinstance(settings, list):
-        raise InputError(f"{path}: no \"settings\" list; expected the eval.json ktframe eval writes")
+        raise InputError(f'{path}: no "settings" list; expected the eval.json ktframe eval writes')
     curves: Curves = {}
     for i, setting in enumerate(settings):
         where = f"settings[{i}]"
-        if not isinstance(setting, dict) or not isinstance(setting.get("init"), str) or type(setting.get("n")) is not int or not isinstance(setting.get("log_objective"), dict):
+        if (
+            not isinstance(setting, dict)
+            or not isinstance(setting.get("init"), str)
+            or type(setting.get("n")) is not int
+            or not isinstance(setting.get("log_objective"), dict)
+        ):
             raise InputError(f"{path}: {where} is not an object with init (text), n (integer) and log_objective; expected the eval.json ktframe eval writes")
         for method, values in setting["log_objective"].items():
             if not isinstance(values, list) or not values:
@@ -138,8 +143,13 @@ def _eval_row(key: Key, curves: list[list[float]]) -> dict[str, Any]:
     steps = np.array(curves)
     std = steps.std(axis=0, ddof=1) if len(curves) > 1 else np.zeros(steps.shape[1])
     return {
-        "init": key[0], "n": key[1], "method": key[2],
-        "mean": final["mean"], "std": final["std"], "runs": final["n"], "ci95": final["ci95"],
+        "init": key[0],
+        "n": key[1],
+        "method": key[2],
+        "mean": final["mean"],
+        "std": final["std"],
+        "runs": final["n"],
+        "ci95": final["ci95"],
         "curve": {"mean": steps.mean(axis=0).tolist(), "std": std.tolist()},
     }
 
@@ -166,9 +176,12 @@ def markdown(report: dict[str, Any], root: Path) -> str:
     """Two tables a reader can paste: the final validation metrics and the evaluation's last step."""
     plural = "s" if report["runs"] != 1 else ""
     lines = [
-        f"# ktframe report: {report['runs']} run{plural} in {root}", "",
-        "Runs: " + ", ".join(f"`{path}`" for path in report["paths"]), "",
-        "## Final validation metrics (summary.json)", "",
+        f"# ktframe report: {report['runs']} run{plural} in {root}",
+        "",
+        "Runs: " + ", ".join(f"`{path}`" for path in report["paths"]),
+        "",
+        "## Final validation metrics (summary.json)",
+        "",
     ]
     if report["metrics"]:
         lines += ["| metric | mean ± std | 95 % interval | n |", "|---|---|---|---|"]
@@ -178,7 +191,9 @@ def markdown(report: dict[str, Any], root: Path) -> str:
     lines += ["", "## Evaluation: mean log objective at the last step (eval/eval.json)", ""]
     if report["eval"]:
         lines += ["| init | n | method | mean ± std | 95 % interval | runs |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['init']} | {r['n']} | {r['method']} | {r['mean']:.4f} ± {r['std']:.4f} | {_interval(r['ci95'])} | {r['runs']} |" for r in report["eval"]]
+        lines += [
+            f"| {r['init']} | {r['n']} | {r['method']} | {r['mean']:.4f} ± {r['std']:.4f} | {_interval(r['ci95'])} | {r['runs']} |" for r in report["eval"]
+        ]
     else:
         lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
     return "\n".join(lines)
@@ -204,7 +219,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
         ax.set(title=f"init={init}, n={n}", xlabel="step", ylabel="mean log objective")
         ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
         ax.legend(fontsize="small")
-    for ax in axes.flat[len(settings):]:
+    for ax in axes.flat[len(settings) :]:
         ax.axis("off")
     fig.suptitle(f"objective per step, mean over the runs in {root} (band: ± std)")
     fig.tight_layout()

@@ -26,9 +26,9 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from ktframe.datafile import write_atomically
+from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
-from ktframe.pluginmanager import registry
+from ktframe.plugin.manager import registry
 from ktframe.training.callbacks import ValidateLastStep
 from ktframe.training.checkpoint_io import AtomicCheckpointIO, load_weights, read_checkpoint
 from ktframe.training.config import to_dict, to_yaml, trainer_extras
@@ -75,7 +75,9 @@ def _check_resumable(checkpoint: dict, cfg: DictConfig, module: KMeansTransforme
     if differ:
         was = " ".join(f"{key}={OmegaConf.select(trained, key)}" for key in differ)
         now = " ".join(f"{key}={OmegaConf.select(cfg, key)}" for key in differ)
-        raise InputError(f"{ckpt}: cannot resume: the checkpoint was trained with {was}, this run has {now}; expected the same values (add {was}) or a new run name")
+        raise InputError(
+            f"{ckpt}: cannot resume: the checkpoint was trained with {was}, this run has {now}; expected the same values (add {was}) or a new run name"
+        )
     load_weights(module, checkpoint["state_dict"], ckpt)
 
 
@@ -95,7 +97,9 @@ def _run_folder(cfg: DictConfig) -> tuple[str, Path, Path | None]:
     if cfg.resume == "auto":
         # The named run goes on under its own id (so its W&B run too); unnamed, the latest run.
         named = cfg.name or cfg.run_id
-        candidates = [root / named / "checkpoints" / "last.ckpt"] if named else sorted(root.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)[-1:]
+        candidates = (
+            [root / named / "checkpoints" / "last.ckpt"] if named else sorted(root.glob("*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)[-1:]
+        )
         for last in candidates:
             if last.is_file():
                 return _checkpoint_run_id(last), last.parent.parent, last
@@ -129,12 +133,22 @@ def _logger(cfg: DictConfig, run_id: str, run_dir: Path):
 
         mode = cfg.logger.mode
         if mode == "online" and not _wandb_has_key():  # W&B would ask for a key, or fail deep inside
-            raise InputError("logger.mode=online needs a W&B API key (WANDB_API_KEY or `wandb login`) and none is set; expected logger.mode=auto or offline to log offline and sync later")
+            raise InputError(
+                "logger.mode=online needs a W&B API key (WANDB_API_KEY or `wandb login`) and none is set; expected logger.mode=auto or offline to log offline and sync later"
+            )
         offline = mode == "offline" or (mode == "auto" and not _wandb_has_key())
         return WandbLogger(
-            project=cfg.logger.project, entity=cfg.logger.entity, name=cfg.name or run_id, id=run_id,
-            save_dir=str(run_dir), offline=offline, resume="allow", group=cfg.logger.group,
-            tags=list(cfg.logger.tags) or None, job_type=cfg.logger.job_type, notes=cfg.logger.notes,
+            project=cfg.logger.project,
+            entity=cfg.logger.entity,
+            name=cfg.name or run_id,
+            id=run_id,
+            save_dir=str(run_dir),
+            offline=offline,
+            resume="allow",
+            group=cfg.logger.group,
+            tags=list(cfg.logger.tags) or None,
+            job_type=cfg.logger.job_type,
+            notes=cfg.logger.notes,
         )
     return False  # "none": the config's values were checked when it was loaded
 
@@ -193,15 +207,20 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
     # Two callbacks: Lightning (2.6) writes a save_last checkpoint only when the monitored one
     # improved, and resuming needs the latest state after every validation.
     checkpoints = ModelCheckpoint(
-        dirpath=run_dir / "checkpoints", filename="best", monitor="val/ratio", mode="min",
-        save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False,
+        dirpath=run_dir / "checkpoints",
+        filename="best",
+        monitor="val/ratio",
+        mode="min",
+        save_top_k=1,
+        auto_insert_metric_name=False,
+        enable_version_counter=False,
     )
     latest = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False)
     callbacks = [checkpoints, latest, ValidateLastStep()]
     if cfg.trainer.early_stopping is not None:
         callbacks.append(EarlyStopping(monitor="val/ratio", mode="min", patience=cfg.trainer.early_stopping, check_on_train_epoch_end=False))
     logger = _logger(cfg, run_id, run_dir)
-    trainer = _trainer(cfg, logger, callbacks, run_dir)
+    trainer = make_trainer(cfg, logger, callbacks, run_dir)
     if trainer.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(run_dir / "config.yaml", [to_yaml(cfg)])
@@ -261,7 +280,7 @@ def _log_model(wandb_run, best: Path, summary: dict[str, Any]) -> None:
     wandb_run.log_artifact(artifact, aliases=["best", "latest"])
 
 
-def _trainer(cfg: DictConfig, logger, callbacks: list, run_dir: Path) -> L.Trainer:
+def make_trainer(cfg: DictConfig, logger, callbacks: list, run_dir: Path) -> L.Trainer:
     """The Trainer of a run, writing and reading checkpoints through :class:`AtomicCheckpointIO`.
     ``trainer.KEY`` values other than ktframe's own are Lightning Trainer arguments, passed as given."""
     settings = dict(

@@ -17,14 +17,15 @@ import math
 
 import torch
 
-from ktframe import hookimpl, reference
+from ktframe import hookimpl
+from ktframe.clustering import reference
 from ktframe.components.maps import GumbelHardmax
-from ktframe.construction import cluster_head, coords, lloyd_family_layer, mean_head, reset_head, stack
 from ktframe.errors import InputError
 from ktframe.fast import FastKMeansTransformer, FastLayer, accelerate
-from ktframe.model import AttentionHead, KMeansTransformer, Layer
-from ktframe.pluginmanager import registry
-from ktframe.variant import Variant, exact_tolerance
+from ktframe.plugin.manager import registry
+from ktframe.plugin.variant import Variant, exact_tolerance
+from ktframe.transformer.construction import cluster_head, coords, lloyd_family_layer, mean_head, reset_head, stack
+from ktframe.transformer.model import AttentionHead, KMeansTransformer, Layer
 
 BETA = 1e3
 SEED = 0

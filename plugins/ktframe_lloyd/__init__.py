@@ -16,19 +16,30 @@ from __future__ import annotations
 
 import math
 
-from ktframe import hookimpl, reference
-from ktframe.construction import coords, fixed_head
+from ktframe import hookimpl
+from ktframe.clustering import reference
 from ktframe.errors import InputError
 from ktframe.fast import accelerate
-from ktframe.model import KMeansTransformer, Layer
-from ktframe.pluginmanager import registry
-from ktframe.variant import Variant, exact_tolerance
+from ktframe.plugin.manager import registry
+from ktframe.plugin.variant import Variant, exact_tolerance
+from ktframe.transformer.construction import coords, fixed_head
+from ktframe.transformer.model import KMeansTransformer, Layer
 
 CENTER_UPDATES = ("linear", "argmax")
 RESETS = ("attention", "identity")
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, center_update: str = "linear", reset: str = "attention", share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
+def build(
+    *,
+    d: int,
+    k: int,
+    n_layers: int,
+    gamma: float = math.inf,
+    center_update: str = "linear",
+    reset: str = "attention",
+    share_weights: bool = True,
+    fast: bool = True,
+) -> KMeansTransformer:
     """``reset="identity"`` computes the two self-attentions (the resets) as the identity they are
     in the hard limit: O(n) instead of O(n²) for the points, and no k × k arg-max per task for the
     centers, whose index parts ``e_j`` are distinct. It is refused at finite gamma, where it would

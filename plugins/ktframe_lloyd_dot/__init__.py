@@ -13,13 +13,14 @@ import math
 
 import torch
 
-from ktframe import hookimpl, reference
+from ktframe import hookimpl
+from ktframe.clustering import reference
 from ktframe.components.embeddings import Embedding, data_tokens, index_tokens
 from ktframe.fast import accelerate
-from ktframe.construction import coords, fixed_head
-from ktframe.model import FeedForward, KMeansTransformer, Layer, Linear, Select
-from ktframe.pluginmanager import registry
-from ktframe.variant import Variant, exact_tolerance
+from ktframe.plugin.manager import registry
+from ktframe.plugin.variant import Variant, exact_tolerance
+from ktframe.transformer.construction import coords, fixed_head
+from ktframe.transformer.model import FeedForward, KMeansTransformer, Layer, Linear, Select
 
 
 class SquaredNormEmbedding(Embedding):

@@ -16,13 +16,14 @@ import math
 
 import torch
 
-from ktframe import hookimpl, reference
-from ktframe.construction import cluster_head, coords, lloyd_family_layer, stack
+from ktframe import hookimpl
+from ktframe.clustering import reference
 from ktframe.errors import InputError
 from ktframe.fast import accelerate
-from ktframe.model import KMeansTransformer
-from ktframe.pluginmanager import registry
-from ktframe.variant import Variant, exact_tolerance
+from ktframe.plugin.manager import registry
+from ktframe.plugin.variant import Variant, exact_tolerance
+from ktframe.transformer.construction import cluster_head, coords, lloyd_family_layer, stack
+from ktframe.transformer.model import KMeansTransformer
 
 
 def resolve_beta(beta: float | None, d: int) -> float:
@@ -34,7 +35,9 @@ def resolve_beta(beta: float | None, d: int) -> float:
     return float(beta)
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, beta: float | None = None, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
+def build(
+    *, d: int, k: int, n_layers: int, gamma: float = math.inf, beta: float | None = None, share_weights: bool = True, fast: bool = True
+) -> KMeansTransformer:
     reg = registry()
     width, xs, ys = d + k, coords(0, d), coords(d, d + k)
     beta = resolve_beta(beta, d)

@@ -14,12 +14,13 @@ import math
 
 import torch
 
-from ktframe import hookimpl, reference
+from ktframe import hookimpl
+from ktframe.clustering import reference
 from ktframe.fast import accelerate
-from ktframe.construction import coords, lloyd_family_layer, mean_head, stack
-from ktframe.model import KMeansTransformer
-from ktframe.pluginmanager import registry
-from ktframe.variant import Tolerance, Variant
+from ktframe.plugin.manager import registry
+from ktframe.plugin.variant import Tolerance, Variant
+from ktframe.transformer.construction import coords, lloyd_family_layer, mean_head, stack
+from ktframe.transformer.model import KMeansTransformer
 
 GAMMA = 100.0
 

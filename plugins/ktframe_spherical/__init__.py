@@ -18,13 +18,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ktframe import hookimpl, reference
+from ktframe import hookimpl
+from ktframe.clustering import reference
 from ktframe.components.embeddings import OneHot
 from ktframe.fast import accelerate
-from ktframe.construction import coords, lloyd_family_layer, mean_head, stack
-from ktframe.model import KMeansTransformer
-from ktframe.pluginmanager import registry
-from ktframe.variant import Variant, exact_tolerance
+from ktframe.plugin.manager import registry
+from ktframe.plugin.variant import Variant, exact_tolerance
+from ktframe.transformer.construction import coords, lloyd_family_layer, mean_head, stack
+from ktframe.transformer.model import KMeansTransformer
 
 
 class SphereReadout(OneHot):
@@ -42,7 +43,9 @@ def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weigh
     sphere = reg.get("norm", "sphere")
 
     def make_layer():
-        return lloyd_family_layer(width, xs, ys, gamma=gamma, center_cross=mean_head(width, xs, ys, v_norm=sphere), score=reg.get("score", "dot")(), qk_norm=sphere)
+        return lloyd_family_layer(
+            width, xs, ys, gamma=gamma, center_cross=mean_head(width, xs, ys, v_norm=sphere), score=reg.get("score", "dot")(), qk_norm=sphere
+        )
 
     model = KMeansTransformer(reg.get("embedding", "sphere-onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
     return accelerate(model) if fast else model

@@ -17,13 +17,14 @@ import math
 
 import torch
 
-from ktframe import hookimpl, reference
-from ktframe.construction import cluster_head, coords, lloyd_family_layer, stack
+from ktframe import hookimpl
+from ktframe.clustering import reference
 from ktframe.errors import InputError
 from ktframe.fast import accelerate
-from ktframe.model import KMeansTransformer
-from ktframe.pluginmanager import registry
-from ktframe.variant import Variant, exact_tolerance
+from ktframe.plugin.manager import registry
+from ktframe.plugin.variant import Variant, exact_tolerance
+from ktframe.transformer.construction import cluster_head, coords, lloyd_family_layer, stack
+from ktframe.transformer.model import KMeansTransformer
 
 TRIM = 0.05
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import ktframe
-from ktframe.testing import variant_checks
+from ktframe.plugin.testing import variant_checks
 
 
 @pytest.mark.parametrize("check", variant_checks("kmedians"), ids=str)

@@ -19,15 +19,16 @@ import math
 
 import torch
 
-from ktframe import hookimpl, reference
+from ktframe import hookimpl
+from ktframe.clustering import reference
 from ktframe.components.maps import AttentionMap, MapOutput
 from ktframe.components.scores import Score
 from ktframe.fast import accelerate
-from ktframe.construction import HeadGroup, coords, fixed_head, lloyd_family_layer, stack
-from ktframe.model import KMeansTransformer
-from ktframe.pluginmanager import registry
-from ktframe.result import ClusteringResult
-from ktframe.variant import Variant, exact_tolerance
+from ktframe.plugin.manager import registry
+from ktframe.plugin.variant import Variant, exact_tolerance
+from ktframe.transformer.construction import HeadGroup, coords, fixed_head, lloyd_family_layer, stack
+from ktframe.transformer.model import KMeansTransformer
+from ktframe.transformer.result import ClusteringResult
 
 
 class Manhattan(Score):

@@ -3,7 +3,7 @@
 A plugin's own test suite runs them on its registered variant::
 
     import pytest
-    from ktframe.testing import check_variant, variant_checks
+    from ktframe.plugin.testing import check_variant, variant_checks
 
     @pytest.mark.parametrize("check", variant_checks("my-variant"), ids=str)
     def test_conformance(check):
@@ -27,7 +27,7 @@ tasks and fails with an ``AssertionError`` that names the check and says what wa
 - ``reference``: the model agrees with the variant's declared classical reference within the
   variant's own tolerance, on the whole trajectory and the labels (and its centers are data
   points where the variant says so);
-- ``trainable``: :func:`ktframe.construction.learnable` makes it a model with parameters that
+- ``trainable``: :func:`ktframe.transformer.construction.learnable` makes it a model with parameters that
   receive finite gradients from the training loss, as ``ktframe fit`` needs.
 
 Where its text is silent, a check uses the variant's defaults; ``options`` and ``gamma`` set any
@@ -38,18 +38,19 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 
-from ktframe import reference
-from ktframe.construction import learnable
-from ktframe.result import ClusteringResult
-from ktframe.tasks import mixture
+from ktframe.clustering import reference
+from ktframe.clustering.tasks import mixture
+from ktframe.clustering.verify import centers_are_points
+from ktframe.plugin.variant import Variant, build_model, get_variant
 from ktframe.training.loss import softmin_bound
-from ktframe.variant import Variant, build_model, get_variant
-from ktframe.verify import centers_are_points
+from ktframe.transformer.construction import learnable
+from ktframe.transformer.result import ClusteringResult
 
 CHECKS = ("registered", "shapes", "dtypes", "batching", "determinism", "reference", "trainable")
 
@@ -147,7 +148,11 @@ class _Suite:
         X, C0 = self.tasks()
         out = self.run(X, C0)
         assert isinstance(out, ClusteringResult), f"the model returned {type(out).__name__}, expected a ClusteringResult"
-        for name, tensor, shape in (("centers", out.centers, (B, k, d)), ("assignments", out.assignments, (B, n, k)), ("trajectory", out.trajectory, (B, L + 1, k, d))):
+        for name, tensor, shape in (
+            ("centers", out.centers, (B, k, d)),
+            ("assignments", out.assignments, (B, n, k)),
+            ("trajectory", out.trajectory, (B, L + 1, k, d)),
+        ):
             assert tuple(tensor.shape) == shape, f"{name} has shape {tuple(tensor.shape)}, expected {shape}"
             assert bool(torch.isfinite(tensor).all()), f"{name} holds non-finite values"
         assert torch.equal(out.trajectory[:, 0], C0), "the trajectory does not start at the initial centers"
@@ -189,7 +194,9 @@ class _Suite:
         for dtype in (torch.float64, torch.float32):
             X, C0 = self.tasks(dtype)
             got, want = self.run(X, C0), self.expected(X, C0)
-            assert want.trajectory.shape == got.trajectory.shape, f"the reference's trajectory has shape {tuple(want.trajectory.shape)}, the model's {tuple(got.trajectory.shape)}"
+            assert want.trajectory.shape == got.trajectory.shape, (
+                f"the reference's trajectory has shape {tuple(want.trajectory.shape)}, the model's {tuple(got.trajectory.shape)}"
+            )
             tolerance = self.spec.tolerance(dtype, self.gamma)
             error = (got.trajectory - want.trajectory).abs().max().item()
             agreement = (got.labels == want.labels).to(torch.float64).mean().item()

@@ -4,15 +4,15 @@ the Lloyd-family variants share, and turning a hand-built model into a learnable
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
 from ktframe.components.maps import AttentionMap
 from ktframe.components.scores import Score
-from ktframe.model import AttentionHead, Layer, Linear, Select
-from ktframe.pluginmanager import registry
+from ktframe.plugin.manager import registry
+from ktframe.transformer.model import AttentionHead, Layer, Linear, Select
 
 
 def coords(start: int, stop: int) -> list[int]:
@@ -85,7 +85,9 @@ def assignment_map(gamma: float) -> tuple[AttentionMap, float]:
     return registry().get("map", "softmax")(), gamma
 
 
-def assignment_head(width: int, xs: Sequence[int], ys: Sequence[int], *, gamma: float, score: Score | None = None, qk_norm: Callable[[int], nn.Module] | None = None) -> AttentionHead:
+def assignment_head(
+    width: int, xs: Sequence[int], ys: Sequence[int], *, gamma: float, score: Score | None = None, qk_norm: Callable[[int], nn.Module] | None = None
+) -> AttentionHead:
     """Point → centers: writes the index of the best-scoring center (Euclidean by default) into
     the assignment, softly at finite ``gamma``; ``qk_norm`` normalises the queries and keys."""
     choose, g = assignment_map(gamma)
@@ -106,7 +108,9 @@ def mean_head(width: int, xs: Sequence[int], ys: Sequence[int], *, v_norm: Calla
     (assignment-weighted) mean of the cluster's points (normalised by ``v_norm`` first, if given);
     an empty cluster keeps its center."""
     reg = registry()
-    return fixed_head(width, q=ys, k=ys, v=xs, score=reg.get("score", "linear")(), attention_map=reg.get("map", "normalize")(), norm=v_norm, normed="v" if v_norm else "")
+    return fixed_head(
+        width, q=ys, k=ys, v=xs, score=reg.get("score", "linear")(), attention_map=reg.get("map", "normalize")(), norm=v_norm, normed="v" if v_norm else ""
+    )
 
 
 def cluster_head(width: int, xs: Sequence[int], ys: Sequence[int], attention_map: AttentionMap, *, gamma: float = 1.0) -> AttentionHead:

@@ -1,4 +1,4 @@
-"""The fast path of the k-means transformer: the same mathematics as :mod:`ktframe.model`,
+"""The fast path of the k-means transformer: the same mathematics as :mod:`ktframe.transformer.model`,
 computed the way a CPU (or GPU) wants it. A variant chooses it when it builds its model, with
 :func:`accelerate`; ``tests/test_fast.py`` checks each variant's fast model against the plain one.
 
@@ -10,7 +10,7 @@ What it changes, and why each is still the definition:
 - **Fused softmax.** A softmax head over a dot-product-form score runs through PyTorch's
   ``scaled_dot_product_attention``: ``−γ‖q − k‖²`` is ``2γ q·k − γ‖k‖²`` up to a constant per
   query, so the kernel gets scale ``2γ`` and the bias ``−γ‖k‖²`` as one more key coordinate.
-- **Fused arg-max.** An arg-max head over such a score runs through :func:`ktframe.kernels.argmax_dot`,
+- **Fused arg-max.** An arg-max head over such a score runs through :func:`ktframe.fast.kernels.argmax_dot`,
   which reduces the logits tile by tile without building them; a query whose winner it cannot tell
   within a rounding bound (near ties, NaN) is decided by the map itself, as the definition does.
 - **Linear attention by sums.** Normalized linear attention is associative, ``(q Kᵀ) V / (q Kᵀ 1) =
@@ -26,18 +26,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
-from ktframe import kernels
+from ktframe.clustering.reference import assign
 from ktframe.components.maps import MapOutput
-from ktframe.construction import HeadGroup
-from ktframe.model import MEMORY_BLOCK, AttentionHead, KMeansTransformer, Layer, Select, add_into
-from ktframe.reference import assign
-from ktframe.result import ClusteringResult
-from ktframe.validation import check_model_inputs
+from ktframe.fast import kernels
+from ktframe.transformer.construction import HeadGroup
+from ktframe.transformer.model import MEMORY_BLOCK, AttentionHead, KMeansTransformer, Layer, Select, add_into
+from ktframe.transformer.result import ClusteringResult
+from ktframe.transformer.validation import check_model_inputs
 
 # Without autograd a layer updates its streams in blocks of CACHE_BLOCK logits, whose intermediates
 # stay in cache (with the fused kernels, fewer, larger blocks cost less Python per layer).
@@ -48,7 +49,7 @@ CACHE_BLOCK = 1 << 20
 
 
 class FastAttentionHead(AttentionHead):
-    """:class:`~ktframe.model.AttentionHead` with the fused softmax and arg-max kernels and linear
+    """:class:`~ktframe.transformer.model.AttentionHead` with the fused softmax and arg-max kernels and linear
     attention by key sums. It adds no state: :func:`accelerate` turns a plain head into one."""
 
     @functools.cached_property
@@ -59,7 +60,7 @@ class FastAttentionHead(AttentionHead):
     @functools.cached_property
     def fused_argmax(self) -> bool:
         """An arg-max over dot-product-form logits: on CPU a kernel reduces them tile by tile
-        without building the block's logits (:func:`ktframe.kernels.argmax_dot`)."""
+        without building the block's logits (:func:`ktframe.fast.kernels.argmax_dot`)."""
         return not self.identity and self.map.argmax and self.score.dot_product_form(self.gamma) is not None
 
     @property
@@ -97,7 +98,9 @@ class FastAttentionHead(AttentionHead):
             return key_value_sums(self.k(keys), self.v(keys))
         return self.k(keys), self.v(keys)
 
-    def attend_rows(self, queries: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, block: int = MEMORY_BLOCK, into: torch.Tensor | None = None) -> torch.Tensor:
+    def attend_rows(
+        self, queries: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, block: int = MEMORY_BLOCK, into: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The head's output for ``queries`` given projected keys, in blocks of ``block`` logits;
         written into ``into`` (say, rows of the token stream's slot) if given, and returned."""
         if not self.needs_row_blocks:
@@ -118,7 +121,6 @@ class FastAttentionHead(AttentionHead):
             return self.attend(q, k, v, queries)
         return torch.cat([self.attend(q[:, i : i + step], k, v, queries[:, i : i + step]) for i in range(0, q.shape[1], step)], dim=1)
 
-
     def map_rows(self, q: torch.Tensor, k: torch.Tensor, task: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
         """The dense map ``(T, n)`` of the few projected queries ``q[task, row]`` (in order of
         task, as ``nonzero`` gives them), each against its own task's keys: the queries of a task
@@ -129,7 +131,6 @@ class FastAttentionHead(AttentionHead):
         queries = q.new_zeros(len(tasks), int(per_task.max()), q.shape[-1])
         queries[group, place] = q[task, row]
         return self.map_weights(queries, k[tasks])[group, place]
-
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, queries: torch.Tensor, into: torch.Tensor | None = None) -> torch.Tensor:
         """The definition's (4) for one block of projected queries, the arg-max through the kernel
@@ -164,9 +165,9 @@ class FastAttentionHead(AttentionHead):
         skip: torch.Tensor | None = None,
         track_moved: bool = False,
     ) -> kernels.Winners | None:
-        """The CPU arg-max kernel's :class:`~ktframe.kernels.Winners` for projected queries and
+        """The CPU arg-max kernel's :class:`~ktframe.fast.kernels.Winners` for projected queries and
         keys, where a query without a clear winner (close rivals, a NaN: the map must decide it)
-        has index −1; the other arguments as in :func:`ktframe.kernels.argmax_dot`. None
+        has index −1; the other arguments as in :func:`ktframe.fast.kernels.argmax_dot`. None
         where the kernel does not apply: not an arg-max head of dot-product form, a GPU, autograd."""
         if not (self.fused_argmax and min(*q.shape, k.shape[1]) and kernels.usable(q, k)):
             return None
@@ -209,15 +210,13 @@ class FastAttentionHead(AttentionHead):
         return values if into is None else into.copy_(values)
 
 
-
-
 class KeyValueSums:
     """Running ``Σᵢ kᵢ vᵢᵀ`` (B, e, f) and ``Σᵢ kᵢ`` (B, e) over blocks of keys ``k`` (B, n, e) and
     values ``v`` (B, n, f): all that normalized linear attention reads of its keys.
 
     Summed over blocks of keys, which stay in cache where one product over all keys would not.
     Sparse keys (the one-hot assignments) are summed by a kernel that visits only their
-    non-zeros, O(n · f) instead of the O(n · e · f) product (:mod:`ktframe.kernels`).
+    non-zeros, O(n · f) instead of the O(n · e · f) product (:mod:`ktframe.fast.kernels`).
     """
 
     def __init__(self) -> None:
@@ -266,9 +265,8 @@ def key_value_sums(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torc
     return sums.result()
 
 
-
 class FastHeadGroup(HeadGroup):
-    """:class:`~ktframe.construction.HeadGroup` as the fast layer drives a head: its heads'
+    """:class:`~ktframe.transformer.construction.HeadGroup` as the fast layer drives a head: its heads'
     projections travel concatenated, so a group holds no linear-attention head (whose projection
     is a pair of key sums, not one row per key), and it is never an in-place rescale."""
 
@@ -308,7 +306,7 @@ def add_in_place(tokens: torch.Tensor, slot: slice, update: torch.Tensor) -> tor
 
 
 class FastLayer(Layer):
-    """:class:`~ktframe.model.Layer`, updating its streams in place, making a hard assignment and
+    """:class:`~ktframe.transformer.model.Layer`, updating its streams in place, making a hard assignment and
     its cluster sums in one kernel pass where it can (:meth:`_assign`), and keeping track of the
     tasks that have converged.
 
@@ -364,7 +362,9 @@ class FastLayer(Layer):
         slots = {(w.slot.start, w.slot.stop, w.slot.step) for w in writers}
         return slice(*slots.pop()) if len(slots) == 1 else slice(None)
 
-    def _assign(self, points: torch.Tensor, c: torch.Tensor, skip: torch.Tensor | None = None, track_moved: bool = False) -> tuple[ClusterSums, torch.Tensor | None] | None:
+    def _assign(
+        self, points: torch.Tensor, c: torch.Tensor, skip: torch.Tensor | None = None, track_moved: bool = False
+    ) -> tuple[ClusterSums, torch.Tensor | None] | None:
         """The point update of a hard assignment, in place, and the center update's key sums by
         cluster, from the winners' index, with (if ``track_moved``) a ``(B,)`` bool tensor of the
         tasks in which the update changed a point; None (and nothing written) where this does
@@ -500,17 +500,15 @@ class FastLayer(Layer):
         return tokens
 
 
-
 def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
 
 
 # --- the model --------------------------------------------------------------------------------
 
 
 class FastKMeansTransformer(KMeansTransformer):
-    """:class:`~ktframe.model.KMeansTransformer` whose steps skip the tasks that have converged."""
+    """:class:`~ktframe.transformer.model.KMeansTransformer` whose steps skip the tasks that have converged."""
 
     def forward(self, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False, skip_settled: bool = True) -> ClusteringResult:
         """Cluster each task of ``X`` (B, n, d) from its initial centers ``C0`` (B, k, d).
@@ -545,7 +543,6 @@ class FastKMeansTransformer(KMeansTransformer):
         return ClusteringResult(centers=trajectory[-1], assignments=assignments, trajectory=torch.stack(trajectory, dim=1), n_iter=n_iter)
 
 
-
 @functools.cache
 def _takes_settled(forward: Callable) -> bool:
     return "settled" in inspect.signature(forward).parameters
@@ -574,5 +571,7 @@ def accelerate(model: nn.Module, also: Mapping[type, type] | None = None) -> nn.
         if cls in table:
             module.__class__ = table[cls]
         elif cls not in fast and isinstance(module, tuple(FAST)):
-            raise TypeError(f"{cls.__name__} has no fast version; pass accelerate(model, also={{{cls.__name__}: Fast{cls.__name__}}}) with a class Fast{cls.__name__}({cls.__name__}, one of {', '.join(c.__name__ for c in FAST.values())})")
+            raise TypeError(
+                f"{cls.__name__} has no fast version; pass accelerate(model, also={{{cls.__name__}: Fast{cls.__name__}}}) with a class Fast{cls.__name__}({cls.__name__}, one of {', '.join(c.__name__ for c in FAST.values())})"
+            )
     return model

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ktframe import reference
+from ktframe.clustering import reference
 from ktframe.errors import InputError
-from ktframe.validation import as_tensor, check_finite, check_gamma, check_n_clusters, check_points, check_rank
+from ktframe.transformer.validation import as_tensor, check_finite, check_gamma, check_n_clusters, check_points, check_rank
 
 INITS = ("k-means++", "random")
 
@@ -83,7 +83,7 @@ class TransformerKMeans:
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._param_names()}
 
-    def set_params(self, **params: Any) -> "TransformerKMeans":
+    def set_params(self, **params: Any) -> TransformerKMeans:
         valid = self._param_names()
         for name, value in params.items():
             if name not in valid:
@@ -122,7 +122,7 @@ class TransformerKMeans:
 
     def _check_X(self, X: Any, *, fitted: bool) -> tuple[torch.Tensor, bool]:
         """``X`` as ``(n_tasks, n, d)``, and whether it came batched."""
-        from ktframe.variant import resolve_dtype
+        from ktframe.plugin.variant import resolve_dtype
 
         tensor = as_tensor(X, "X", resolve_dtype(self.dtype))
         if fitted:
@@ -139,8 +139,8 @@ class TransformerKMeans:
             raise InputError(f"X holds {tensor.shape[0]} tasks, but TransformerKMeans was fitted on {self._n_tasks}; expected shape {expected}")
         return tensor, batched
 
-    def fit(self, X: Any, y: Any = None) -> "TransformerKMeans":
-        from ktframe.variant import build_model
+    def fit(self, X: Any, y: Any = None) -> TransformerKMeans:
+        from ktframe.plugin.variant import build_model
 
         tensor, batched = self._check_X(X, fitted=False)
         k = check_n_clusters(self.n_clusters, tensor.shape[1])

@@ -8,7 +8,7 @@ hook calls ``register(name, obj)``; a variant carries its name, so its hook call
 For every hook:
 
 - **when**: once per process, the first time anything looks a component up
-  (:func:`ktframe.pluginmanager.registry`), after every plugin has been imported: the built-in
+  (:func:`ktframe.plugin.manager.registry`), after every plugin has been imported: the built-in
   modules first, then installed plugins in the order of their entry-point names. A hook only
   registers: it must not look components up itself (the registry is not complete yet).
 - **names**: a non-empty string, unique within its kind across the built-ins and every installed
@@ -32,7 +32,8 @@ the ``ktframe`` entry-point group::
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pluggy
 
@@ -117,7 +118,7 @@ def ktframe_register_variants(register: RegisterVariant) -> None:
     A variant declares its hand-built construction (``build``), the classical algorithm it
     reproduces (``reference``, ``classical``), the ``tolerance`` of that agreement and the setting
     at which it is exact (``exact``), which ``ktframe verify`` runs by default. A variant name
-    clashes with variants only; ``ktframe.testing.variant_checks(name)`` checks what it declares.
+    clashes with variants only; ``ktframe.plugin.testing.variant_checks(name)`` checks what it declares.
     """
 
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ktframe.errors import InputError
-from ktframe.registry import closest
-from ktframe.result import ClusteringResult
-from ktframe.validation import check_gamma, check_positive_int
+from ktframe.plugin.registry import closest
+from ktframe.transformer.result import ClusteringResult
+from ktframe.transformer.validation import check_gamma, check_positive_int
 
 if TYPE_CHECKING:
-    from ktframe.model import KMeansTransformer
+    from ktframe.transformer.model import KMeansTransformer
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -50,9 +51,9 @@ class Variant:
     name: str
     summary: str
     classical: str
-    build: Callable[..., "KMeansTransformer"]
+    build: Callable[..., KMeansTransformer]
     reference: Callable[..., ClusteringResult] | None
-    tolerance: Callable[[torch.dtype, float], "Tolerance"]
+    tolerance: Callable[[torch.dtype, float], Tolerance]
     centers_are_points: bool = False
     training: Mapping[str, Any] = field(default_factory=dict)
     exact: Mapping[str, Any] | None = None
@@ -115,7 +116,9 @@ def check_exact(variant: Variant, exact: Mapping[str, Any]) -> dict[str, Any]:
         if key not in valid:
             hint = closest(str(key), valid)
             suggestion = f" (did you mean {hint!r}?)" if hint else ""
-            raise InputError(f"variant {variant.name!r} declares an exact setting with unknown key {key!r}; expected dtype or a build option: {', '.join(valid)}{suggestion}")
+            raise InputError(
+                f"variant {variant.name!r} declares an exact setting with unknown key {key!r}; expected dtype or a build option: {', '.join(valid)}{suggestion}"
+            )
     exact = dict(exact)
     if "gamma" in exact:
         exact["gamma"] = check_gamma(exact["gamma"])
@@ -148,7 +151,7 @@ def check_options(variant: Variant, options: dict[str, Any]) -> None:
 
 
 def get_variant(name: str) -> Variant:
-    from ktframe.pluginmanager import registry
+    from ktframe.plugin.manager import registry
 
     return registry().get("variant", name)
 
@@ -162,7 +165,7 @@ def build_model(
     gamma: float | None = None,
     dtype: torch.dtype | str = torch.float32,
     **options: Any,
-) -> "KMeansTransformer":
+) -> KMeansTransformer:
     """The model of ``variant`` for ``d`` coordinates and ``k`` clusters.
 
     ``gamma=None`` takes the variant's default: inf (the exact hard limit) for the hand-built
@@ -178,5 +181,3 @@ def build_model(
     model = spec.build(d=d, k=k, n_layers=n_layers, **options)
     model.variant = spec.name
     return model.to(resolve_dtype(dtype))
-
-

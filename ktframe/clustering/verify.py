@@ -11,13 +11,12 @@ from typing import Any
 
 import torch
 
-from ktframe import reference
+from ktframe.clustering import reference
+from ktframe.clustering.reference import random_points
+from ktframe.clustering.tasks import mixture
 from ktframe.errors import InputError
-from ktframe.reference import random_points
-from ktframe.tasks import mixture
-from ktframe.validation import check_gamma, check_n_clusters, check_positive_int
-from ktframe.variant import Variant, build_model, dtype_name, get_variant, resolve_dtype, setting_json, setting_text
-
+from ktframe.plugin.variant import Variant, build_model, dtype_name, get_variant, resolve_dtype, setting_json, setting_text
+from ktframe.transformer.validation import check_gamma, check_n_clusters, check_positive_int
 
 ONE_HOT_ATOL = 1e-6
 #: The paper's temperature and precision: what a variant that declares no exact setting runs at.

@@ -22,17 +22,17 @@ modules run faster through :mod:`ktframe.fast`, which a variant chooses when it 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
+from ktframe.clustering.reference import assign
 from ktframe.components.embeddings import Embedding
 from ktframe.components.maps import AttentionMap
 from ktframe.components.scores import Score
-from ktframe.reference import assign
-from ktframe.result import ClusteringResult
-from ktframe.validation import check_model_inputs
+from ktframe.transformer.result import ClusteringResult
+from ktframe.transformer.validation import check_model_inputs
 
 # A head takes its queries in blocks whose logits hold at most MEMORY_BLOCK numbers, so that the
 # n × n point self-attention needs memory that grows with n, not n².
@@ -291,7 +291,5 @@ class KMeansTransformer(nn.Module):
 
 
 def _unchanged(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
-    """``(B,)``: which tasks' tokens are bit for bit the same (+0.0 and −0.0 differ, as NaN and NaN
-    agree), as the fast path compares them."""
-    same = before.view(torch.int64 if before.dtype == torch.float64 else torch.int32) == after.view(torch.int64 if after.dtype == torch.float64 else torch.int32)
-    return same.flatten(1).all(dim=1)
+    """``(B,)``: the tasks whose tokens are all equal before and after a step."""
+    return (after == before).flatten(1).all(dim=1)

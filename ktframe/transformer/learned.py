@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 
 from ktframe.fast import accelerate
-from ktframe.hookspecs import RegisterVariant, hookimpl
-from ktframe.model import AttentionHead, KMeansTransformer, Layer, Linear
-from ktframe.variant import Tolerance, Variant
+from ktframe.plugin.hookspecs import RegisterVariant, hookimpl
+from ktframe.plugin.variant import Tolerance, Variant
+from ktframe.transformer.model import AttentionHead, KMeansTransformer, Layer, Linear
 
 
 def build(
@@ -30,10 +30,11 @@ def build(
     norm: str = "identity",
     scale: float | None = None,
     dropout: float = 0.01,
-    share_weights: bool = True, fast: bool = True,
+    share_weights: bool = True,
+    fast: bool = True,
 ) -> KMeansTransformer:
     """``scale=None`` is 1/√d_emb. With ``share_weights`` one layer serves every step."""
-    from ktframe.pluginmanager import registry
+    from ktframe.plugin.manager import registry
 
     reg = registry()
     embed = reg.get("embedding", embedding)()
@@ -43,8 +44,15 @@ def build(
 
     def head() -> AttentionHead:
         return AttentionHead(
-            Linear(width, width), Linear(width, width), Linear(width, width),
-            make_score(), make_map(), slot=slice(0, width), gamma=gamma, scale=scale, dropout=dropout,
+            Linear(width, width),
+            Linear(width, width),
+            Linear(width, width),
+            make_score(),
+            make_map(),
+            slot=slice(0, width),
+            gamma=gamma,
+            scale=scale,
+            dropout=dropout,
         )
 
     def layer() -> Layer:

@@ -20,16 +20,18 @@ import importlib
 import importlib.metadata as metadata
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 import pluggy
 
-from ktframe import hookspecs, switches
+from ktframe import switches
 from ktframe.errors import PluginError
-from ktframe.registry import Entry, Provenance, Registry
-from ktframe.variant import Variant
+from ktframe.plugin import hookspecs
+from ktframe.plugin.registry import Entry, Provenance, Registry
+from ktframe.plugin.variant import Variant
 
 ENTRY_POINT_GROUP = "ktframe"
 DISABLE_ENV = "KTFRAME_DISABLE_PLUGINS"
@@ -40,7 +42,7 @@ BUILTIN_PLUGINS = (
     "ktframe.components.activations",
     "ktframe.components.embeddings",
     "ktframe.components.initializers",
-    "ktframe.learned",
+    "ktframe.transformer.learned",
 )
 
 
@@ -155,7 +157,7 @@ def _check_hook_names(pm: pluggy.PluginManager, provenances: dict[str, Provenanc
 def registrar(kind: str, provenance: Provenance, staged: list[Entry]) -> Callable[..., None]:
     """The ``register`` callback that a hook filling ``kind`` receives, appending to ``staged``:
     ``register(name, obj)`` for a component, ``register(variant)`` for a variant
-    (:mod:`ktframe.hookspecs` says what each hook registers)."""
+    (:mod:`ktframe.plugin.hookspecs` says what each hook registers)."""
 
     def register(name: str, obj: Any) -> None:
         if not isinstance(name, str) or not name:

@@ -12,11 +12,11 @@ All functions take batches of tasks: ``X (B, n, d)``, centers ``(B, k, d)``.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from ktframe.result import ClusteringResult
+from ktframe.transformer.result import ClusteringResult
 
 _BLOCK_ELEMENTS = 1 << 20
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
