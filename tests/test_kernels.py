@@ -15,7 +15,8 @@ import ktframe.fast.model
 from ktframe.clustering import reference
 from ktframe.clustering.tasks import mixture
 from ktframe.components.maps import Hardmax, count_and_index
-from ktframe.fast import CACHE_BLOCK, kernels, key_value_sums
+from ktframe.fast import kernels
+from ktframe.fast.model import CACHE_BLOCK, key_value_sums
 
 
 def plain_hardmax(logits: torch.Tensor) -> torch.Tensor:

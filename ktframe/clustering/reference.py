@@ -24,7 +24,7 @@ _BLOCK_ELEMENTS = 1 << 20
 def sqdist(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """``‖x_i − c_j‖²`` as ``(B, n, k)``, from the differences themselves, added coordinate by
     coordinate into blocks of points that stay in cache (a (B, n, k, d) array of differences
-    summed over its last axis was 4–10× slower on CPU)."""
+    summed over its last axis is 4–10× slower on CPU)."""
     B, n, d = X.shape
     k = C.shape[1]
     step = max(1, _BLOCK_ELEMENTS // max(1, k * B))

@@ -125,8 +125,8 @@ def _decide(logits, rows, squares, reach, bounds, floor, spare, margin, hits, co
     # The counts are int32, as wide as a float32 logit: one vector of compares fills one of
     # counts. (A column sum may wrap with thousands of keys, but it is read only with one hit.)
     # Every step stores each entry unconditionally: LLVM compiles "best[i] = x if x > best[i]
-    # else best[i]" to a masked store, which AMD CPUs run microcoded, some ten times slower than
-    # the plain stores here. So the running maximum goes back and forth between floor and spare.
+    # else best[i]" to a masked store, which AMD CPUs run as microcode, several times slower than
+    # plain stores. So the running maximum goes back and forth between floor and spare.
     n = logits.shape[0]
     best, other = floor, spare
     for i in range(rows):
