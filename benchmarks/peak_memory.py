@@ -1,6 +1,9 @@
 """Peak memory of the exact ``lloyd`` transformer at n = 10^6, d = 32, k = 100, beside scikit-learn's
 KMeans on the same data, each measured in a fresh process (its peak resident set size), in one run.
 
+``ktframe fit`` is ``TransformerKMeans(k, n_layers=iterations, init=C0, dtype="float32").fit(X)``,
+what users call, from the same centers as the bare model and scikit-learn.
+
 The data alone (n·d float32 = 128 MB) and the interpreter with torch loaded are measured too, in a
 process that builds the data and stops, so that the figures can be read as "on top of that".
 
@@ -19,7 +22,7 @@ import warnings
 import torch
 from common import machine
 
-TOOLS = ("data only", "ktframe", "scikit-learn")
+TOOLS = ("data only", "ktframe", "ktframe fit", "scikit-learn")
 
 
 def child(tool: str, n: int, d: int, k: int, iterations: int) -> None:
@@ -33,6 +36,8 @@ def child(tool: str, n: int, d: int, k: int, iterations: int) -> None:
         model = ktframe.build_model("lloyd", d=d, k=k, n_layers=iterations, reset="identity", dtype=torch.float32)
         with torch.no_grad():
             model(X, C0)
+    elif tool == "ktframe fit":  # what users call: the estimator, from the same centers
+        ktframe.TransformerKMeans(k, n_layers=iterations, init=C0[0].numpy(), dtype="float32").fit(X[0].numpy())
     elif tool == "scikit-learn":
         from sklearn.cluster import KMeans
         from sklearn.exceptions import ConvergenceWarning

@@ -14,7 +14,7 @@ estimator and the classical algorithms), ``training`` and ``cli``.
 
 from ktframe.clustering import reference
 from ktframe.clustering.estimator import TransformerKMeans
-from ktframe.errors import InputError, KtframeError, PluginError, UnknownNameError
+from ktframe.errors import InputError, KtframeError, NotFittedError, PluginError, UnknownNameError
 from ktframe.plugin.hookspecs import hookimpl
 from ktframe.plugin.variant import Tolerance, Variant, build_model, exact_tolerance
 from ktframe.transformer.model import KMeansTransformer
@@ -25,6 +25,7 @@ __all__ = [
     "InputError",
     "KMeansTransformer",
     "KtframeError",
+    "NotFittedError",
     "PluginError",
     "Tolerance",
     "TransformerKMeans",

@@ -19,3 +19,8 @@ class UnknownNameError(KtframeError):
 
 class PluginError(KtframeError):
     """A plugin failed to load or to register, or two plugins clash."""
+
+
+class NotFittedError(InputError, AttributeError):
+    """A method that needs a fitted estimator, called before ``fit``; a ``ValueError`` and an
+    ``AttributeError``, as scikit-learn's own ``NotFittedError`` is."""

@@ -40,11 +40,11 @@ FILES = {
 # must equal those of the estimator with the parameters in PARAMS
 RUNS = {
     "header": ["header.csv", "--k", "3", "--out", "header-labels.csv"],
-    "plain": ["plain.csv", "--k", "3", "--seed", "5", "--layers", "4", "--out", "plain-labels.csv"],
+    "plain": ["plain.csv", "--k", "3", "--seed", "5", "--layers", "4", "--dtype", "float32", "--out", "plain-labels.csv"],
     "npy": ["points.npy", "--k", "3", "--variant", "lloyd-dot", "--gamma", "inf", "--init", "k-means++", "--out", "npy-labels.csv"],
     "stdout": ["header.csv", "--k", "3"],
 }
-PARAMS = {"header": {}, "plain": {"random_state": 5, "n_layers": 4}, "npy": {"variant": "lloyd-dot"}, "stdout": {}}
+PARAMS = {"header": {}, "plain": {"random_state": 5, "n_layers": 4, "dtype": "float32"}, "npy": {"variant": "lloyd-dot"}, "stdout": {}}
 
 
 @dataclass
@@ -163,3 +163,35 @@ def test_loader_reads_csv_with_and_without_header(tmp_path: Path) -> None:
     np.save(tmp_path / "ints.npy", np.arange(6).reshape(3, 2))
     loaded = load_points(tmp_path / "ints.npy")
     assert loaded.dtype == np.float64 and loaded.shape == (3, 2)
+
+
+def test_loader_dtype_and_the_slow_path_agree(tmp_path: Path) -> None:
+    # numpy's C parser reads the usual layouts; what it refuses (quoted cells, a line of spaces)
+    # goes through the csv module instead, with the same result
+    from ktframe.clustering import datafile
+
+    (tmp_path / "plain.csv").write_text("x,y\n" + rows(POINTS))
+    (tmp_path / "quoted.csv").write_text('"x","y"\n' + "".join(f'"{a!r}",{b!r}\n' for a, b in POINTS.tolist()) + "   \n")
+    for name in ("plain.csv", "quoted.csv"):
+        np.testing.assert_array_equal(load_points(tmp_path / name), POINTS, err_msg=name)
+        np.testing.assert_array_equal(datafile._load_csv_slowly(tmp_path / name), POINTS, err_msg=name)
+        single = load_points(tmp_path / name, "float32")
+        assert single.dtype == np.float32
+        np.testing.assert_array_equal(single, POINTS.astype(np.float32))
+    np.save(tmp_path / "single.npy", POINTS.astype(np.float32))
+    assert load_points(tmp_path / "single.npy").dtype == np.float32  # a float32 file stays float32
+    assert load_points(tmp_path / "single.npy", np.float64).dtype == np.float64
+    np.save(tmp_path / "double.npy", POINTS)
+    assert load_points(tmp_path / "double.npy", "float32").dtype == np.float32
+
+
+def test_labels_are_written_in_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ktframe.clustering import datafile
+
+    monkeypatch.setattr(datafile, "LABEL_BLOCK", 4)
+    labels = np.arange(10) % 3
+    blocks = list(datafile.label_lines(labels))
+    assert blocks[0] == "label" and len(blocks) == 4 and max(len(b.splitlines()) for b in blocks) == 4
+    datafile.write_atomically(tmp_path / "labels.csv", datafile.label_lines(labels))
+    assert (tmp_path / "labels.csv").read_text() == "label\n" + "".join(f"{v}\n" for v in labels)
+    assert [p.name for p in tmp_path.iterdir()] == ["labels.csv"]

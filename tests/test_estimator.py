@@ -9,9 +9,11 @@ import pytest
 import torch
 from sklearn.base import clone
 from sklearn.cluster import KMeans
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 from sklearn.metrics import adjusted_rand_score
+from sklearn.utils.validation import check_is_fitted
 
-from ktframe import KtframeError, TransformerKMeans
+from ktframe import KtframeError, NotFittedError, TransformerKMeans
 
 
 def blobs(n_per: int = 30, d: int = 2, k: int = 3, spread: float = 0.3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +49,7 @@ def test_recovers_well_separated_blobs(init: str) -> None:
 
 
 def test_fitted_attributes() -> None:
-    estimator = TransformerKMeans(3, n_layers=7, random_state=1).fit(X)
+    estimator = TransformerKMeans(3, max_iter=7, random_state=1).fit(X)
     assert estimator.cluster_centers_.shape == (3, 2)
     assert estimator.labels_.shape == (len(X),)
     assert isinstance(estimator.n_iter_, int) and 1 <= estimator.n_iter_ < 7  # converged early
@@ -76,15 +78,15 @@ def test_transform_gives_distances_to_the_centers() -> None:
 
 
 @pytest.mark.parametrize(
-    "n_per, d, k, spread, n_layers",
+    "n_per, d, k, spread, max_iter",
     [(40, 2, 3, 4.0, 10), (25, 5, 4, 6.0, 6), (15, 3, 6, 8.0, 12)],
 )
-def test_equals_scikit_learn_lloyd(n_per: int, d: int, k: int, spread: float, n_layers: int) -> None:
+def test_equals_scikit_learn_lloyd(n_per: int, d: int, k: int, spread: float, max_iter: int) -> None:
     # overlapping blobs, so that Lloyd's algorithm takes several steps to settle
     points, truth = blobs(n_per, d, k, spread, seed=k)
     C0 = one_point_per_blob(points, truth, k)
-    ours = TransformerKMeans(k, init=C0, n_layers=n_layers, gamma=math.inf).fit(points)
-    theirs = KMeans(k, algorithm="lloyd", init=C0, n_init=1, max_iter=n_layers, tol=0).fit(points)
+    ours = TransformerKMeans(k, init=C0, max_iter=max_iter, gamma=math.inf).fit(points)
+    theirs = KMeans(k, algorithm="lloyd", init=C0, n_init=1, max_iter=max_iter, tol=0).fit(points)
     assert len(np.unique(theirs.labels_)) == k, "a cluster emptied: scikit-learn would move its center"
     np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-8)
     np.testing.assert_array_equal(ours.labels_, theirs.labels_)
@@ -97,7 +99,7 @@ def test_n_iter_counts_the_lloyd_iterations_as_scikit_learn_does(seed: int) -> N
     # the model stops at the same layer, and counts it as scikit-learn counts that iteration.
     points, _ = blobs(40, 2, 4, 2.5, seed=seed)
     C0 = points[:4]
-    ours = TransformerKMeans(4, init=C0, n_layers=30).fit(points)
+    ours = TransformerKMeans(4, init=C0, max_iter=30).fit(points)
     theirs = KMeans(4, algorithm="lloyd", init=C0, n_init=1, max_iter=30, tol=0).fit(points)
     assert ours.n_iter_ == theirs.n_iter_ < 30
     np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-12)
@@ -106,7 +108,7 @@ def test_n_iter_counts_the_lloyd_iterations_as_scikit_learn_does(seed: int) -> N
 def test_fewer_layers_stop_early_like_max_iter() -> None:
     points, truth = blobs(40, 2, 3, 2.0, seed=3)
     C0 = points[:3]  # a poor start, so that one step is not enough
-    one = TransformerKMeans(3, init=C0, n_layers=1).fit(points)
+    one = TransformerKMeans(3, init=C0, max_iter=1).fit(points)
     theirs = KMeans(3, algorithm="lloyd", init=C0, n_init=1, max_iter=1, tol=0).fit(points)
     np.testing.assert_allclose(one.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-8)
     assert one.n_iter_ == 1
@@ -116,14 +118,14 @@ def test_random_state_reproduces_and_seeds_differ() -> None:
     uniform = np.random.default_rng(2).uniform(size=(60, 2))
     runs = {}
     for seed in range(4):
-        a = TransformerKMeans(5, init="random", n_layers=1, random_state=seed).fit(uniform)
-        b = TransformerKMeans(5, init="random", n_layers=1, random_state=seed).fit(uniform)
+        a = TransformerKMeans(5, init="random", max_iter=1, random_state=seed).fit(uniform)
+        b = TransformerKMeans(5, init="random", max_iter=1, random_state=seed).fit(uniform)
         np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
         np.testing.assert_array_equal(a.labels_, b.labels_)
         runs[seed] = a.cluster_centers_
     assert any(not np.array_equal(runs[0], runs[s]) for s in range(1, 4))
     # k-means++ too
-    pp = [TransformerKMeans(5, n_layers=1, random_state=s).fit(uniform).cluster_centers_ for s in (7, 7, 8)]
+    pp = [TransformerKMeans(5, max_iter=1, random_state=s).fit(uniform).cluster_centers_ for s in (7, 7, 8)]
     np.testing.assert_array_equal(pp[0], pp[1])
     assert not np.array_equal(pp[0], pp[2])
 
@@ -157,7 +159,7 @@ def test_tensor_in_tensor_out() -> None:
     as_list = TransformerKMeans(3, random_state=0).fit(X.tolist())
     np.testing.assert_array_equal(as_list.labels_, reference.labels_)
     as_float32 = TransformerKMeans(3, random_state=0).fit(tensor.float())
-    assert as_float32.cluster_centers_.dtype == torch.float64  # the estimator's dtype decides
+    assert as_float32.cluster_centers_.dtype == torch.float32  # the input's float dtype stays
 
 
 def test_float32_dtype() -> None:
@@ -174,17 +176,27 @@ def test_float32_dtype() -> None:
 
 def test_params_round_trip_and_clone() -> None:
     C0 = X[:3]
-    params = dict(n_clusters=3, variant="lloyd-dot", n_layers=4, gamma=50.0, init=C0, random_state=3, dtype="float32", variant_options={"share_weights": False})
+    params = dict(
+        n_clusters=3,
+        variant="lloyd-dot",
+        max_iter=4,
+        n_layers=None,
+        gamma=50.0,
+        init=C0,
+        random_state=3,
+        dtype="float32",
+        variant_options={"share_weights": False},
+    )
     estimator = TransformerKMeans(**params)
     got = estimator.get_params()
     assert set(got) == set(params)
     assert all(got[name] is value for name, value in params.items())
     other = TransformerKMeans().set_params(**got)
     assert all(other.get_params()[name] is value for name, value in params.items())
-    assert estimator.set_params(n_layers=6) is estimator and estimator.n_layers == 6
-    assert "n_layers=6" in repr(estimator)
+    assert estimator.set_params(max_iter=6) is estimator and estimator.max_iter == 6
+    assert "max_iter=6" in repr(estimator)
 
-    fitted = TransformerKMeans(3, n_layers=3, random_state=0).fit(X)
+    fitted = TransformerKMeans(3, max_iter=3, random_state=0).fit(X)
     copy = clone(fitted)
     assert copy is not fitted and copy.get_params() == fitted.get_params()
     with pytest.raises(KtframeError, match="not fitted"):
@@ -195,8 +207,8 @@ def test_params_round_trip_and_clone() -> None:
 def test_lloyd_dot_equals_lloyd() -> None:
     points, truth = blobs(25, 3, 4, 5.0, seed=9)
     C0 = one_point_per_blob(points, truth, 4)
-    lloyd = TransformerKMeans(4, init=C0, n_layers=8).fit(points)
-    dot = TransformerKMeans(4, variant="lloyd-dot", init=C0, n_layers=8).fit(points)
+    lloyd = TransformerKMeans(4, init=C0, max_iter=8).fit(points)
+    dot = TransformerKMeans(4, variant="lloyd-dot", init=C0, max_iter=8).fit(points)
     np.testing.assert_array_equal(dot.labels_, lloyd.labels_)
     np.testing.assert_allclose(dot.cluster_centers_, lloyd.cluster_centers_, rtol=0, atol=1e-8)
     assert dot.inertia_ == pytest.approx(lloyd.inertia_, rel=1e-10)
@@ -215,15 +227,101 @@ def test_finite_gamma_is_close_to_the_hard_limit_on_separated_blobs() -> None:
 
 def test_k_equal_to_n_puts_every_point_in_its_own_cluster() -> None:
     points = X[:6]
-    estimator = TransformerKMeans(6, random_state=0, n_layers=2).fit(points)
+    estimator = TransformerKMeans(6, random_state=0, max_iter=2).fit(points)
     assert sorted(estimator.labels_.tolist()) == list(range(6))
     assert estimator.inertia_ == pytest.approx(0.0, abs=1e-20)
 
 
 def test_predict_before_fit_is_a_clear_error() -> None:
     for method in ("predict", "transform", "score"):
-        with pytest.raises(KtframeError, match=r"not fitted yet; call fit\(X\) first"):
+        with pytest.raises(NotFittedError, match=rf"not fitted yet; call fit\(X\) first, then {method}\(X\)") as caught:
             getattr(TransformerKMeans(3), method)(X)
+        assert isinstance(caught.value, KtframeError) and isinstance(caught.value, ValueError) and isinstance(caught.value, AttributeError)
+        assert isinstance(caught.value, SklearnNotFittedError)  # scikit-learn is loaded here
+        assert "\n" not in str(caught.value)
+    with pytest.raises(SklearnNotFittedError):
+        check_is_fitted(TransformerKMeans(3))
+    check_is_fitted(TransformerKMeans(3, random_state=0).fit(X))
+
+
+# --- dtypes, the objective, the number of iterations ----------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["numpy", "tensor"])
+def test_the_input_float_dtype_is_kept(kind: str) -> None:
+    convert = torch.from_numpy if kind == "tensor" else np.asarray
+    for dtype in (np.float32, np.float64):
+        data = convert(X.astype(dtype))
+        estimator = TransformerKMeans(3, random_state=0).fit(data)
+        expected = data.dtype
+        assert estimator.cluster_centers_.dtype == expected
+        assert estimator.transform(data).dtype == expected
+        assert estimator.fit_transform(data).dtype == expected
+    # integers and lists become float64, as scikit-learn converts them
+    integers = np.rint(X * 10).astype(np.int64)
+    assert TransformerKMeans(3, random_state=0).fit(integers).cluster_centers_.dtype == np.float64
+    assert TransformerKMeans(3, random_state=0).fit(X.astype(np.float32).tolist()).cluster_centers_.dtype == np.float64
+    # dtype= forces one
+    forced = TransformerKMeans(3, random_state=0, dtype="float64").fit(X.astype(np.float32))
+    assert forced.cluster_centers_.dtype == np.float64
+    assert forced.transform(X.astype(np.float32)).dtype == np.float64
+
+
+def test_dtype_must_be_a_float_dtype() -> None:
+    with pytest.raises(KtframeError, match=r"unsupported dtype 'int32'; expected None \(the input's float dtype\) or one of: float32, float64"):
+        TransformerKMeans(3, dtype="int32").fit(X)
+
+
+def test_a_float_tensor_of_the_right_dtype_is_not_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = []
+    real = TransformerKMeans._check_X
+
+    def spy(self, data, *, fitted):
+        tensor, batched = real(self, data, fitted=fitted)
+        seen.append(tensor)
+        return tensor, batched
+
+    monkeypatch.setattr(TransformerKMeans, "_check_X", spy)
+    for data in (X, X.astype(np.float32), torch.from_numpy(X), torch.from_numpy(X.astype(np.float32))):
+        TransformerKMeans(3, random_state=0).fit(data)
+        pointer = data.ctypes.data if isinstance(data, np.ndarray) else data.data_ptr()
+        assert seen[-1].data_ptr() == pointer
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batched", [False, True])
+def test_inertia_and_labels_agree_with_the_centers(dtype: type, batched: bool) -> None:
+    # max_iter=2 stops before convergence: the labels are still those of the returned centers
+    for max_iter in (2, 300):
+        data = (tasks(3) if batched else blobs(40, 3, 4, 3.0, seed=1)[0]).astype(dtype)
+        estimator = TransformerKMeans(4, max_iter=max_iter, random_state=0).fit(data)
+        np.testing.assert_array_equal(estimator.labels_, estimator.predict(data))
+        rel = 1e-5 if dtype == np.float32 else 1e-12
+        for t, task in enumerate(data if batched else [data]):
+            centers = estimator.cluster_centers_[t] if batched else estimator.cluster_centers_
+            labels = estimator.labels_[t] if batched else estimator.labels_
+            exact = objective(task.astype(np.float64), centers.astype(np.float64))
+            distances = ((task.astype(np.float64)[:, None] - centers.astype(np.float64)[None]) ** 2).sum(-1)
+            assert (distances[np.arange(len(task)), labels] <= distances.min(1) * (1 + rel) + 1e-30).all()
+            inertia = estimator.inertia_[t] if batched else estimator.inertia_
+            assert inertia == pytest.approx(exact, rel=rel)
+
+
+def test_max_iter_is_the_default_and_n_layers_an_alias() -> None:
+    estimator = TransformerKMeans(3)
+    assert estimator.max_iter == 300 and estimator.n_layers is None and estimator.dtype is None
+    points, _ = blobs(40, 2, 3, 2.0, seed=3)
+    C0 = points[:3]
+    long = TransformerKMeans(3, init=C0).fit(points)
+    theirs = KMeans(3, algorithm="lloyd", init=C0, n_init=1, tol=0).fit(points)  # max_iter=300 too
+    assert long.n_iter_ == theirs.n_iter_
+    np.testing.assert_allclose(long.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-12)
+    alias = TransformerKMeans(3, init=C0, n_layers=1).fit(points)
+    one = TransformerKMeans(3, init=C0, max_iter=1).fit(points)
+    np.testing.assert_array_equal(alias.cluster_centers_, one.cluster_centers_)
+    assert alias.n_iter_ == 1
+    with pytest.raises(KtframeError, match="max_iter must be an integer >= 1"):
+        TransformerKMeans(3, max_iter=0).fit(points)
 
 
 # --- many tasks at once -----------------------------------------------------------------------
@@ -236,13 +334,13 @@ def tasks(n_tasks: int = 5) -> np.ndarray:
 def test_many_tasks_in_one_fit_equal_one_fit_per_task() -> None:
     Xs = tasks()
     starts = np.stack([task[:3] for task in Xs])
-    batched = TransformerKMeans(3, init=starts, n_layers=6).fit(Xs)
+    batched = TransformerKMeans(3, init=starts, max_iter=6).fit(Xs)
     assert batched.cluster_centers_.shape == (5, 3, 3)
     assert batched.labels_.shape == (5, 60)
     assert batched.inertia_.shape == (5,)
     assert batched.n_iter_.shape == (5,)
     for t, task in enumerate(Xs):
-        alone = TransformerKMeans(3, init=starts[t], n_layers=6).fit(task)
+        alone = TransformerKMeans(3, init=starts[t], max_iter=6).fit(task)
         assert batched.n_iter_[t] == alone.n_iter_
         np.testing.assert_allclose(batched.cluster_centers_[t], alone.cluster_centers_, atol=1e-12, rtol=0)
         np.testing.assert_array_equal(batched.labels_[t], alone.labels_)
@@ -267,3 +365,21 @@ def test_many_tasks_seeded_k_means_plus_plus_reproduces() -> None:
     a = TransformerKMeans(3, random_state=7).fit(Xs)
     b = TransformerKMeans(3, random_state=7).fit(torch.tensor(Xs))
     np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_.numpy())
+
+
+@pytest.mark.parametrize("max_iter", [120, 50])
+@pytest.mark.parametrize("options", [None, {"share_weights": False}])
+def test_short_trial_runs_give_the_full_runs_result(monkeypatch: pytest.MonkeyPatch, options: dict | None, max_iter: int) -> None:
+    # fit tries 10 steps, then 80, ... before all max_iter: each must give what max_iter steps give
+    from ktframe.clustering import estimator as module
+
+    data = np.stack([blobs(100, 2, 6, 4.0, seed=seed)[0] for seed in range(6)])  # tasks settle after 8 to 53 steps
+    params = dict(random_state=0, init="random", max_iter=max_iter, variant_options=options)
+    tried = TransformerKMeans(6, **params).fit(data)
+    monkeypatch.setattr(module, "_run", lambda model, X, C0, steps: model(X, C0, n_steps=steps))
+    full = TransformerKMeans(6, **params).fit(data)
+    np.testing.assert_array_equal(tried.n_iter_, full.n_iter_)
+    np.testing.assert_array_equal(tried.cluster_centers_, full.cluster_centers_)
+    np.testing.assert_array_equal(tried.labels_, full.labels_)
+    if options is None:
+        assert tried.n_iter_.max() > 10  # the 10-step trial did not suffice for every task

@@ -235,3 +235,52 @@ def test_kmeans_plusplus_fewer_distinct_points_than_clusters(greedy):
     assert C.shape == (1, 5, 1)
     assert bool(is_row_of(C, X).all())
     assert set(C.flatten().tolist()) == {0.0, 1.0, 5.0}  # every distinct point was chosen first
+
+
+def slow_exact_kmeans_plusplus(X, k, generator, *, greedy=False):
+    """The seeding as first written: every candidate's distances from the differences themselves
+    (:func:`reference.sqdist`), the draws from the normalised closest distances."""
+    B, n, d = X.shape
+    trials = (2 + int(math.log(k))) if greedy else 1
+    batch = torch.arange(B)
+    first = torch.randint(n, (B,), generator=generator)
+    centers = [X[batch, first]]
+    closest = reference.sqdist(X, centers[0].unsqueeze(1)).squeeze(-1)
+    for _ in range(1, k):
+        total = closest.sum(dim=1, keepdim=True)
+        probs = torch.where(total > 0, closest / total.clamp_min(torch.finfo(X.dtype).tiny), torch.ones_like(closest))
+        candidates = torch.multinomial(probs, trials, replacement=True, generator=generator)
+        cand_points = torch.gather(X, 1, candidates.unsqueeze(-1).expand(-1, -1, d))
+        cand_closest = torch.minimum(closest.unsqueeze(1), reference.sqdist(cand_points, X))
+        best = cand_closest.sum(dim=-1).argmin(dim=1)
+        centers.append(cand_points[batch, best])
+        closest = cand_closest[batch, best]
+    return torch.stack(centers, dim=1)
+
+
+@pytest.mark.parametrize("greedy", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_kmeans_plusplus_chooses_the_centers_of_the_exact_one(greedy, seed):
+    # Matrix-product distances: the same draws and choices as the exact differences on float64
+    # data without near-ties (blobs and noise, several tasks at once).
+    g = torch.Generator().manual_seed(seed)
+    means = torch.randn(3, 12, 5, generator=g, dtype=torch.float64) * 10 + 40
+    which = torch.randint(12, (3, 500), generator=g)
+    X = torch.gather(means, 1, which.unsqueeze(-1).expand(-1, -1, 5)) + torch.randn(3, 500, 5, generator=g, dtype=torch.float64)
+    fast = kmeans_plusplus(X, 12, torch.Generator().manual_seed(seed), greedy=greedy)
+    exact = slow_exact_kmeans_plusplus(X, 12, torch.Generator().manual_seed(seed), greedy=greedy)
+    assert torch.equal(fast, exact)
+
+
+def test_fast_kmeans_plusplus_potential_is_within_rounding_on_float32():
+    # float32 with duplicates: centers are distinct data points and the potential is that of the
+    # exact seeding to within rounding (here the draws match, so the potentials are equal).
+    g = torch.Generator().manual_seed(9)
+    X = torch.randn(2, 300, 8, generator=g)
+    X = torch.cat([X, X[:, :50]], dim=1)  # 50 duplicated points
+    fast = kmeans_plusplus(X, 20, torch.Generator().manual_seed(1), greedy=True)
+    exact = slow_exact_kmeans_plusplus(X, 20, torch.Generator().manual_seed(1), greedy=True)
+    assert bool(is_row_of(fast, X).all())
+    for b in range(2):
+        assert torch.unique(fast[b], dim=0).shape[0] == 20
+    torch.testing.assert_close(reference.objective(X, fast), reference.objective(X, exact), rtol=1e-5, atol=0)

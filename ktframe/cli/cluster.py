@@ -30,12 +30,13 @@ def add_parser(commands) -> None:
     p.add_argument("--gamma", type=parse_gamma, default=math.inf, help="inverse temperature (default: inf, exact)")
     p.add_argument("--init", choices=("k-means++", "random"), default="k-means++")
     p.add_argument("--seed", type=_seed, default=0, help="random seed of the initialisation (default: 0)")
+    p.add_argument("--dtype", choices=("float64", "float32"), default=None, help="precision of the points (default: float64, or float32 for a float32 .npy)")
     p.add_argument("--out", help="write labels here (CSV with a 'label' header); default: standard output")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    points = load_points(args.file)
+    points = load_points(args.file, args.dtype)
     model = TransformerKMeans(args.k, variant=args.variant, n_layers=args.layers, gamma=args.gamma, init=args.init, random_state=args.seed)
     labels = model.fit_predict(points)
     summary = f"{points.shape[0]} points, {points.shape[1]} dimensions, k={args.k}, variant={args.variant}: objective {model.inertia_:.6g} (log {math.log(model.inertia_) if model.inertia_ > 0 else float('-inf'):.6f})"
@@ -43,6 +44,8 @@ def run(args) -> int:
         write_atomically(args.out, label_lines(labels))
         print(f"{summary}; labels written to {args.out}")
     else:
-        print("\n".join(label_lines(labels)))
+        for block in label_lines(labels):
+            sys.stdout.write(block + "\n")
+        sys.stdout.flush()
         print(summary, file=sys.stderr)
     return 0

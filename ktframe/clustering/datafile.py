@@ -5,7 +5,8 @@ from __future__ import annotations
 import csv
 import os
 import tempfile
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,24 +16,26 @@ from ktframe.errors import InputError
 SUFFIXES = (".csv", ".npy")
 
 
-def load_points(path: str | os.PathLike) -> np.ndarray:
-    """Points ``(n, d)`` from a CSV file (one row a point, an optional header row) or a ``.npy``."""
+def load_points(path: str | os.PathLike, dtype: np.dtype | type | str | None = None) -> np.ndarray:
+    """Points ``(n, d)`` from a CSV file (one row a point, an optional header row) or a ``.npy``.
+
+    ``dtype``: that of the result (``float32`` or ``float64``); by default a ``float32`` ``.npy``
+    stays ``float32`` and everything else is ``float64``."""
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
         raise InputError(f"{path}: unsupported file type {path.suffix or '(none)'!r}; expected a .csv or .npy file")
     if not path.is_file():
         raise InputError(f"{path}: no such file")
-    points = _load_npy(path) if path.suffix.lower() == ".npy" else _load_csv(path)
+    points = _load_npy(path, dtype) if path.suffix.lower() == ".npy" else _load_csv(path, np.dtype(dtype or np.float64))
     if points.size == 0:
         raise InputError(f"{path}: the file holds no points; expected one row per point")
-    bad = np.argwhere(~np.isfinite(points))
-    if len(bad):
-        row, col = bad[0]
+    if not np.isfinite(points).all():
+        row, col = np.argwhere(~np.isfinite(points))[0]
         raise InputError(f"{path}: row {row + 1}, column {col + 1} is {points[row, col]}; expected finite numbers (remove or impute missing values)")
     return points
 
 
-def _load_npy(path: Path) -> np.ndarray:
+def _load_npy(path: Path, dtype: np.dtype | type | str | None) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
     except ValueError as exc:
@@ -43,7 +46,9 @@ def _load_npy(path: Path) -> np.ndarray:
         raise InputError(f"{path}: holds values of type {array.dtype}; expected real numbers")
     if array.ndim != 2:
         raise InputError(f"{path}: array has shape {array.shape}; expected 2 dimensions (points, features)")
-    return array.astype(np.float64)
+    if dtype is None:
+        dtype = np.float32 if array.dtype == np.float32 else np.float64
+    return array.astype(dtype, copy=False)
 
 
 def _number(text: str) -> float | None:
@@ -53,7 +58,31 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _load_csv(path: Path) -> np.ndarray:
+def _load_csv(path: Path, dtype: np.dtype) -> np.ndarray:
+    """numpy's C parser (:func:`numpy.loadtxt`) after the header row, if any; on any failure the
+    file is read again by :func:`_load_csv_slowly`, which either reads it (a layout the C parser
+    refuses, such as quoted cells or a line of spaces) or says precisely what is wrong."""
+    try:
+        with path.open(encoding="utf-8-sig") as handle:  # -sig: skip the BOM spreadsheets write
+            for line in handle:
+                if line.strip():
+                    break
+            else:
+                return np.empty((0, 0), dtype)
+            first = next(csv.reader([line]), [])
+            if any(_number(cell) is not None for cell in first):  # no header: parse the first row too
+                handle.seek(0)  # (the decoder skips the BOM again)
+                values = np.loadtxt(handle, delimiter=",", comments=None, dtype=dtype, ndmin=2)
+            else:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # "input contained no data": a header only
+                    values = np.loadtxt(handle, delimiter=",", comments=None, dtype=dtype, ndmin=2)
+    except (ValueError, UnicodeDecodeError):
+        return _load_csv_slowly(path).astype(dtype, copy=False)
+    return values if values.size else np.empty((0, 0), dtype)
+
+
+def _load_csv_slowly(path: Path) -> np.ndarray:
     try:
         with path.open(newline="", encoding="utf-8-sig") as handle:  # -sig: skip the BOM spreadsheets write
             rows = [row for row in csv.reader(handle) if any(cell.strip() for cell in row)]
@@ -106,7 +135,11 @@ def write_atomically(path: str | os.PathLike, content: Iterable[str] | bytes) ->
     try:
         os.fchmod(fd, _NEW_FILE_MODE)  # mkstemp makes it private (0600); a written file is an ordinary one
         with os.fdopen(fd, "wb") as handle:
-            handle.write(content if isinstance(content, bytes) else "".join(line + "\n" for line in content).encode("utf-8"))
+            if isinstance(content, bytes):
+                handle.write(content)
+            else:  # streamed a line (or a block of lines) at a time: never one string of the whole file
+                for line in content:
+                    handle.write((line + "\n").encode("utf-8"))
         os.replace(tmp, path)
     except BaseException as exc:
         os.unlink(tmp)
@@ -115,5 +148,15 @@ def write_atomically(path: str | os.PathLike, content: Iterable[str] | bytes) ->
         raise
 
 
-def label_lines(labels: Iterable[int]) -> list[str]:
-    return ["label"] + [str(int(label)) for label in labels]
+#: labels per block of :func:`label_lines`
+LABEL_BLOCK = 1 << 16
+
+
+def label_lines(labels: Iterable[int] | np.ndarray) -> Iterator[str]:
+    """The labels file, ``label`` then one label a line, as blocks of lines (each without its
+    final newline, as :func:`write_atomically` takes lines), so that no string holds the whole
+    file."""
+    labels = np.asarray(labels).reshape(-1).astype(np.int64, copy=False)
+    yield "label"
+    for start in range(0, len(labels), LABEL_BLOCK):
+        yield "\n".join(map(str, labels[start : start + LABEL_BLOCK].tolist()))

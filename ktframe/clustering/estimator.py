@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import math
+import sys
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
 from ktframe.clustering import reference
-from ktframe.errors import InputError
-from ktframe.transformer.validation import as_tensor, check_finite, check_gamma, check_n_clusters, check_points, check_rank
+from ktframe.errors import InputError, NotFittedError
+from ktframe.transformer.validation import as_tensor, check_finite, check_gamma, check_n_clusters, check_points, check_positive_int, check_rank
 
 INITS = ("k-means++", "random")
+FLOATS = {"float32": torch.float32, "float64": torch.float64}
 
 
 def _generator(random_state: Any) -> torch.Generator:
@@ -29,29 +34,132 @@ def _generator(random_state: Any) -> torch.Generator:
     return generator
 
 
+def _float_tensor(data: Any, dtype: Any) -> torch.Tensor:
+    """``data`` as a floating tensor: of ``dtype`` when one is given (``"float32"`` or
+    ``"float64"``), else of the input's own float dtype where that is float32 or float64 and of
+    float64 otherwise (integers, booleans, lists), as scikit-learn converts. A tensor or a
+    C-contiguous array already of that dtype is used as it is, not copied."""
+    if dtype is not None and dtype not in FLOATS and dtype not in FLOATS.values():
+        raise InputError(f"unsupported dtype {dtype!r}; expected None (the input's float dtype) or one of: float32, float64")
+    wanted = FLOATS.get(dtype, dtype) if dtype is not None else None
+    if type(data).__module__.startswith("scipy.sparse"):
+        raise InputError(f"X is a sparse {type(data).__name__}; TransformerKMeans needs dense data (convert it with X.toarray())")
+    if isinstance(data, torch.Tensor):
+        if data.is_complex():
+            raise InputError(f"X must be real numbers; Complex data not supported (got {data.dtype})")
+        own = data.dtype if data.dtype in FLOATS.values() else torch.float64
+        return data.to(wanted or own)
+    try:
+        array = np.asarray(data)
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"X must be an array of numbers; could not read it as one ({exc})") from None
+    if np.iscomplexobj(array):
+        raise InputError(f"X must be real numbers; Complex data not supported (got {array.dtype})")
+    if array.dtype == object:
+        try:
+            array = array.astype(np.float64)
+        except ValueError as exc:
+            raise InputError(f"X must contain only numbers; got values of type object that are not numbers ({exc})") from None
+        except TypeError as exc:  # a TypeError, as scikit-learn raises for such values
+            raise TypeError(f"X must contain only numbers; {exc}") from None
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+        raise InputError(f"X must contain only numbers; got values of type {array.dtype}")
+    own = array.dtype if array.dtype in (np.float32, np.float64) else np.float64
+    array = np.ascontiguousarray(array, dtype=str(wanted).removeprefix("torch.") if wanted else own)
+    with warnings.catch_warnings():  # a read-only array (a memory map): fit only reads it
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array)
+
+
+def _run(model: torch.nn.Module, X: torch.Tensor, C0: torch.Tensor, steps: int) -> Any:
+    """``model(X, C0)`` for ``steps`` steps, found, where its single layer is shared by every
+    step, by first trying 10 steps, then 80, ...: a run after which every task has settled (a
+    step left it exactly as it was) is the longer run's result, since each later step of the same
+    layer would leave it as it is again; a settled step still costs a little, so 300 steps on
+    data that settles in 5 would cost several times what the 5 cost. A trial that leaves a task
+    unsettled is redone from ``C0``: at most 10 + 80 = 90 steps more where ``steps <= 640``. A
+    model with a layer per step cannot tell that later steps would change nothing: it runs once."""
+    trial = 10
+    while len(getattr(model, "layers", ())) == 1 and trial < steps:
+        result = model(X, C0, n_steps=trial)
+        if bool((result.n_iter < trial).all()):
+            return result
+        trial *= 8
+    return model(X, C0, n_steps=steps)
+
+
+@functools.cache
+def _sklearn_not_fitted_error(base: type) -> type:
+    """:class:`NotFittedError` that is also scikit-learn's ``base`` (its own NotFittedError)."""
+    return type("NotFittedError", (NotFittedError, base), {"__module__": NotFittedError.__module__, "__doc__": NotFittedError.__doc__})
+
+
+def _not_fitted_error(message: str) -> NotFittedError:
+    """A :class:`NotFittedError`; where scikit-learn is loaded, also an instance of its own
+    ``NotFittedError``, which its checks (``check_is_fitted``, the estimator checks) catch;
+    ktframe never imports scikit-learn itself."""
+    sklearn_exceptions = sys.modules.get("sklearn.exceptions")
+    if sklearn_exceptions is None:
+        return NotFittedError(message)
+    return _sklearn_not_fitted_error(sklearn_exceptions.NotFittedError)(message)
+
+
+def _nearest(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
+    """``(B, n)``: the nearest center of every point, the lowest index among ties."""
+    return reference.sqdist(X, C).argmin(-1)
+
+
+def _inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``(B,)``: Σ‖x − c[label]‖² in one O(n·d) pass over the points and their labels' centers."""
+    chosen = C.gather(1, labels.unsqueeze(-1).expand(-1, -1, X.shape[-1]))
+    return (X - chosen).square().sum(dim=(1, 2))
+
+
 class TransformerKMeans:
     """k-means clustering computed by a hand-built k-means transformer, one layer per iteration.
 
     Parameters follow scikit-learn's ``KMeans``: ``n_clusters``; ``variant`` (a registered
-    clustering variant, ``lloyd`` by default); ``n_layers`` (Lloyd iterations); ``gamma`` (inverse
-    temperature, ``inf`` for the exact hard limit); ``init`` (``"k-means++"`` — scikit-learn's
-    greedy form —, ``"random"`` or an array of shape ``(n_clusters, d)``); ``random_state``;
-    ``dtype`` (``"float32"`` or ``"float64"``); ``variant_options`` for the variant's own options.
+    clustering variant, ``lloyd`` by default); ``max_iter`` (at most this many Lloyd iterations,
+    300 as in scikit-learn; ``max_iter=10`` is the paper's ten-layer model); ``n_layers`` (an
+    alias of ``max_iter`` kept for ``ktframe cluster --layers``; ``None``, the default, means
+    ``max_iter``); ``gamma`` (inverse temperature, ``inf`` for the exact hard limit); ``init``
+    (``"k-means++"`` — scikit-learn's greedy form —, ``"random"`` or an array of shape
+    ``(n_clusters, d)``); ``random_state``; ``dtype`` (``None``: the input's float dtype, float32
+    or float64, other inputs becoming float64 as in scikit-learn; ``"float32"`` or ``"float64"``
+    forces one); ``variant_options`` for the variant's own options.
 
-    In the hard limit the ``lloyd`` variant computes its point self-attention as the identity it
-    then is (see ``reset`` in docs/exactness.md), so memory grows with n·k, not n².
+    A fit stops spending time on a task once an iteration leaves it as it was (converged), so
+    ``max_iter=300`` costs what the iterations needed cost. In the hard limit the ``lloyd``
+    variant computes its point self-attention as the identity it then is (see ``reset`` in
+    docs/exactness.md), so memory grows with n·k, not n². An emptied cluster keeps its center
+    (scikit-learn moves it to a far point).
 
-    Attributes after ``fit``: ``cluster_centers_ (k, d)``, ``labels_ (n,)``, ``inertia_``,
-    ``n_iter_`` (layers applied: as in scikit-learn, fewer than ``n_layers`` once a layer leaves
-    the assignments, and so the centers, as they were), ``n_features_in_``. Arrays come back as
-    numpy arrays, or as tensors when ``fit`` was given a tensor.
+    Attributes after ``fit(X)`` with ``X`` of shape ``(n_samples, n_features)``:
+
+    - ``cluster_centers_`` ``(n_clusters, n_features)``: the centers, in ``X``'s float dtype
+      (or ``dtype``);
+    - ``labels_`` ``(n_samples,)`` integers: the nearest center of every point, the lowest index
+      among ties — what ``predict(X)`` gives;
+    - ``inertia_`` float: Σ‖x − c[label]‖², the k-means objective of the returned centers;
+    - ``n_iter_`` int: the iterations run; as in scikit-learn, fewer than ``max_iter`` once an
+      iteration leaves the assignments, and so the centers, as they were (that one counted);
+    - ``n_features_in_`` int: ``n_features``.
+
+    Arrays come back as numpy arrays, or as tensors when ``fit`` was given a tensor.
 
     Many independent tasks at once: ``fit`` also takes ``X`` of shape ``(n_tasks, n_samples,
-    n_features)`` and clusters every task separately in one batched pass; the attributes then
-    gain a leading task axis (``cluster_centers_ (n_tasks, k, d)``, ``labels_ (n_tasks, n)``,
-    ``inertia_ (n_tasks,)``, ``n_iter_ (n_tasks,)``), an ``init`` array has shape
-    ``(n_tasks, k, d)``, and ``predict``, ``transform`` and ``score`` take
-    ``(n_tasks, m, n_features)``.
+    n_features)`` and clusters every task separately in one batched pass, with the same
+    conventions per task; the attributes then gain a leading task axis: ``cluster_centers_``
+    ``(n_tasks, n_clusters, n_features)``, ``labels_`` ``(n_tasks, n_samples)``, ``inertia_``
+    ``(n_tasks,)`` and ``n_iter_`` ``(n_tasks,)`` numpy arrays (``n_features_in_`` stays
+    ``n_features``); an ``init`` array has shape ``(n_tasks, n_clusters, n_features)``, and
+    ``predict``, ``transform`` and ``score`` take ``(n_tasks, m, n_features)`` (``score`` then
+    gives one score per task).
+
+    Before ``fit``, ``predict``, ``transform`` and ``score`` raise :class:`ktframe.NotFittedError`
+    (a ``ValueError`` and an ``AttributeError``; where scikit-learn is loaded, also its own
+    ``NotFittedError``). scikit-learn is needed only by its tools (``clone``, the estimator
+    checks): ktframe does not import it.
     """
 
     def __init__(
@@ -59,15 +167,17 @@ class TransformerKMeans:
         n_clusters: int = 8,
         *,
         variant: str = "lloyd",
-        n_layers: int = 10,
+        max_iter: int = 300,
+        n_layers: int | None = None,
         gamma: float = math.inf,
         init: Any = "k-means++",
         random_state: Any = None,
-        dtype: str = "float64",
+        dtype: str | None = None,
         variant_options: dict | None = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.variant = variant
+        self.max_iter = max_iter
         self.n_layers = n_layers
         self.gamma = gamma
         self.init = init
@@ -90,6 +200,18 @@ class TransformerKMeans:
                 raise InputError(f"invalid parameter {name!r} for TransformerKMeans; expected one of: {', '.join(valid)}")
             setattr(self, name, value)
         return self
+
+    def __sklearn_tags__(self) -> Any:
+        # Only scikit-learn calls this, so scikit-learn is loaded already; ktframe does not depend
+        # on it (an optional test and benchmark extra), hence no import statement of it here.
+        utils = importlib.import_module("sklearn.utils")
+        Tags, TargetTags, TransformerTags, InputTags = utils.Tags, utils.TargetTags, utils.TransformerTags, utils.InputTags
+        return Tags(
+            estimator_type="clusterer",
+            target_tags=TargetTags(required=False),
+            transformer_tags=TransformerTags(preserves_dtype=["float64", "float32"]),
+            input_tags=InputTags(two_d_array=True, allow_nan=False, sparse=False),
+        )
 
     def __repr__(self) -> str:
         defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
@@ -121,20 +243,30 @@ class TransformerKMeans:
         return C0.reshape(B, k, d)
 
     def _check_X(self, X: Any, *, fitted: bool) -> tuple[torch.Tensor, bool]:
-        """``X`` as ``(n_tasks, n, d)``, and whether it came batched."""
-        from ktframe.plugin.variant import resolve_dtype
-
-        tensor = as_tensor(X, "X", resolve_dtype(self.dtype))
+        """``X`` as ``(n_tasks, n, d)``, and whether it came batched. Once fitted, ``X`` takes
+        the float dtype of the fitted centers."""
+        tensor = _float_tensor(X, self._centers.dtype if fitted else self.dtype)
         if fitted:
             expected = f"({self._n_tasks}, n_samples, {self.n_features_in_})" if self._batched else f"(n_samples, {self.n_features_in_})"
-            check_rank(tensor, "X", (3,) if self._batched else (2,), expected)
         else:
-            check_rank(tensor, "X", (2, 3), "(n_samples, n_features) or (n_tasks, n_samples, n_features)")
+            expected = "(n_samples, n_features) or (n_tasks, n_samples, n_features)"
+        if tensor.dim() == 1:
+            raise InputError(
+                f"X must have shape {expected}; got a 1-D array of shape {tuple(tensor.shape)}. "
+                "Reshape your data with X.reshape(-1, 1) if it has one feature or X.reshape(1, -1) if it is one sample"
+            )
+        check_rank(tensor, "X", (3,) if fitted and self._batched else (2,) if fitted else (2, 3), expected)
+        if tensor.shape[-1] == 0:
+            raise InputError(
+                f"X must hold at least one point with at least one coordinate; got shape {tuple(tensor.shape) if tensor.dim() == 3 else (1, *tensor.shape)}: X has 0 feature(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required."
+            )
         check_finite(tensor, "X")  # here, so that the index reported is that of X as given
         batched = tensor.dim() == 3
         tensor = check_points(tensor, "X")
         if fitted and tensor.shape[-1] != self.n_features_in_:
-            raise InputError(f"X has {tensor.shape[-1]} features, but TransformerKMeans was fitted with {self.n_features_in_}; expected shape {expected}")
+            raise InputError(
+                f"X has {tensor.shape[-1]} features, but TransformerKMeans is expecting {self.n_features_in_} features as input (it was fitted with {self.n_features_in_}); expected shape {expected}"
+            )
         if fitted and batched and tensor.shape[0] != self._n_tasks:
             raise InputError(f"X holds {tensor.shape[0]} tasks, but TransformerKMeans was fitted on {self._n_tasks}; expected shape {expected}")
         return tensor, batched
@@ -143,20 +275,30 @@ class TransformerKMeans:
         from ktframe.plugin.variant import build_model
 
         tensor, batched = self._check_X(X, fitted=False)
-        k = check_n_clusters(self.n_clusters, tensor.shape[1])
+        k = check_positive_int(self.n_clusters, "the number of clusters k")
+        if k > tensor.shape[1]:  # n_samples=..., as scikit-learn words it
+            raise InputError(
+                f"the number of clusters k={k} exceeds the number of points n={tensor.shape[1]} (n_samples={tensor.shape[1]} should be >= n_clusters={k}); expected k <= n"
+            )
+        k = check_n_clusters(k, tensor.shape[1])
+        steps = check_positive_int(self.max_iter if self.n_layers is None else self.n_layers, "max_iter" if self.n_layers is None else "n_layers")
         generator = _generator(self.random_state)
         C0 = self._initial_centers(tensor, k, generator, batched)
-        model = build_model(self.variant, d=tensor.shape[-1], k=k, n_layers=self.n_layers, gamma=self.gamma, dtype=tensor.dtype, **self._model_options())
+        model = build_model(self.variant, d=tensor.shape[-1], k=k, n_layers=steps, gamma=self.gamma, dtype=tensor.dtype, **self._model_options())
         with torch.no_grad():
-            result = model(tensor, C0)
+            result = _run(model, tensor, C0, steps)
+            centers = result.centers
+            # The labels of the returned centers (what predict(X) gives), and the objective of
+            # those labels: the last layer's assignments may be those of the centers before it.
+            labels = _nearest(tensor, centers)
+            inertia = _inertia(tensor, centers, labels)
         # Set only once fit succeeds: a failed fit leaves a fitted estimator as it was.
         self._returns_tensor = isinstance(X, torch.Tensor)
         self._batched, self._n_tasks = batched, tensor.shape[0]
         self.n_features_in_ = tensor.shape[-1]
-        self._centers = result.centers
-        self.cluster_centers_ = self._out(result.centers)
-        self.labels_ = self._out(result.labels)
-        inertia = reference.objective(tensor, result.centers)
+        self._centers = centers
+        self.cluster_centers_ = self._out(centers)
+        self.labels_ = self._out(labels)
         self.inertia_ = inertia.cpu().numpy() if batched else float(inertia[0])
         self.n_iter_ = result.n_iter.cpu().numpy() if batched else int(result.n_iter[0])
         return self
@@ -166,9 +308,9 @@ class TransformerKMeans:
 
     # --- using a fitted model -------------------------------------------------------------------
 
-    def _fitted(self) -> torch.Tensor:
-        if not hasattr(self, "_centers"):
-            raise InputError("this TransformerKMeans is not fitted yet; call fit(X) first")
+    def _fitted(self, method: str) -> torch.Tensor:
+        if "_centers" not in vars(self):
+            raise _not_fitted_error(f"this TransformerKMeans is not fitted yet; call fit(X) first, then {method}(X)")
         return self._centers
 
     def _out(self, tensor: torch.Tensor) -> Any:
@@ -179,20 +321,24 @@ class TransformerKMeans:
 
     def transform(self, X: Any) -> Any:
         """Euclidean distances ``(n, k)`` from every point to every center."""
-        centers = self._fitted()
+        centers = self._fitted("transform")
         tensor, _ = self._check_X(X, fitted=True)
         return self._out(reference.sqdist(tensor, centers).sqrt())
 
+    def fit_transform(self, X: Any, y: Any = None) -> Any:
+        """``fit(X)``, then the distances from every point of ``X`` to every center."""
+        return self.fit(X).transform(X)
+
     def predict(self, X: Any) -> Any:
         """The nearest center of every point (the transformer's assignment head in the hard limit)."""
-        centers = self._fitted()
+        centers = self._fitted("predict")
         tensor, _ = self._check_X(X, fitted=True)
-        return self._out(reference.assign(tensor, centers).argmax(-1))
+        return self._out(_nearest(tensor, centers))
 
     def score(self, X: Any, y: Any = None) -> Any:
         """The opposite of the k-means objective of ``X`` (larger is better, as in scikit-learn);
         one score per task when fitted on many."""
-        centers = self._fitted()
+        centers = self._fitted("score")
         tensor, _ = self._check_X(X, fitted=True)
-        scores = -reference.objective(tensor, centers)
+        scores = -_inertia(tensor, centers, _nearest(tensor, centers))
         return scores.cpu().numpy() if self._batched else float(scores[0])
