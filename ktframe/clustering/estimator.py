@@ -71,23 +71,6 @@ def _float_tensor(data: Any, dtype: Any) -> torch.Tensor:
         return torch.from_numpy(array)
 
 
-def _run(model: torch.nn.Module, X: torch.Tensor, C0: torch.Tensor, steps: int) -> Any:
-    """``model(X, C0)`` for ``steps`` steps, found, where its single layer is shared by every
-    step, by first trying 10 steps, then 80, ...: a run after which every task has settled (a
-    step left it exactly as it was) is the longer run's result, since each later step of the same
-    layer would leave it as it is again; a settled step still costs a little, so 300 steps on
-    data that settles in 5 would cost several times what the 5 cost. A trial that leaves a task
-    unsettled is redone from ``C0``: at most 10 + 80 = 90 steps more where ``steps <= 640``. A
-    model with a layer per step cannot tell that later steps would change nothing: it runs once."""
-    trial = 10
-    while len(getattr(model, "layers", ())) == 1 and trial < steps:
-        result = model(X, C0, n_steps=trial)
-        if bool((result.n_iter < trial).all()):
-            return result
-        trial *= 8
-    return model(X, C0, n_steps=steps)
-
-
 @functools.cache
 def _sklearn_not_fitted_error(base: type) -> type:
     """:class:`NotFittedError` that is also scikit-learn's ``base`` (its own NotFittedError)."""
@@ -286,7 +269,7 @@ class TransformerKMeans:
         C0 = self._initial_centers(tensor, k, generator, batched)
         model = build_model(self.variant, d=tensor.shape[-1], k=k, n_layers=steps, gamma=self.gamma, dtype=tensor.dtype, **self._model_options())
         with torch.no_grad():
-            result = _run(model, tensor, C0, steps)
+            result = model(tensor, C0, n_steps=steps)
             centers = result.centers
             # The labels of the returned centers (what predict(X) gives), and the objective of
             # those labels: the last layer's assignments may be those of the centers before it.

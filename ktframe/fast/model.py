@@ -533,6 +533,9 @@ class FastKMeansTransformer(KMeansTransformer):
             if watch and all(later is layer for later in layers[step + 1 :]):
                 points, centers = layer(points, centers, settled=settled)
                 n_iter[settled & (n_iter == steps)] = step + 1
+                if bool(settled.all()):  # every remaining step would leave every task as it is
+                    trajectory += [self.embedding.read_centers(centers, self.d).clone()] * (steps - step)
+                    break
             else:
                 settled.fill_(False)  # what another layer leaves as it is, this one may change
                 points, centers = layer(points, centers)
