@@ -152,10 +152,9 @@ def run(sweep: Sweep, parallel: int = 1, cli_flags: Sequence[str] = (), report: 
     sweep.folder.mkdir(parents=True, exist_ok=True)
     _record(sweep)
     env = _environment(parallel)
-    done = 0
+    finished = itertools.count(1)  # next() of a count is atomic: jobs in threads report in turn
 
     def run_job(job: Job) -> Job:
-        nonlocal done
         Path(job.run_dir).mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "ktframe.cli.main", *cli_flags, "fit", *job.overrides]
         with open(Path(job.run_dir) / "fit.log", "w") as log:
@@ -164,9 +163,8 @@ def run(sweep: Sweep, parallel: int = 1, cli_flags: Sequence[str] = (), report: 
         job.status = "ok" if job.returncode == 0 and summary.is_file() else "failed"
         if job.status == "ok":
             job.summary = json.loads(summary.read_text())
-        done += 1
         outcome = f"best val/ratio {job.summary.get('best_val_ratio')}" if job.status == "ok" else f"FAILED (exit {job.returncode}; see {job.run_dir}/fit.log)"
-        report(f"[{done}/{len(sweep.jobs)}] job {job.index} {job.label()}: {outcome}")
+        report(f"[{next(finished)}/{len(sweep.jobs)}] job {job.index} {job.label()}: {outcome}")
         return job
 
     report(f"multirun {sweep.name}: {len(sweep.jobs)} runs in {sweep.folder}, {parallel} at a time")
