@@ -308,6 +308,27 @@ def test_inertia_and_labels_agree_with_the_centers(dtype: type, batched: bool) -
             assert inertia == pytest.approx(exact, rel=rel)
 
 
+@pytest.mark.parametrize("kernels", ["on", "off"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_predict_is_the_exact_nearest_center_at_ties_and_near_ties(kernels: str, dtype: type, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Duplicate centers (an exact tie: the lower index), points halfway between two centers (a
+    # near tie that float32 distances may round either way) and ordinary points: predict gives
+    # the nearest center in float64, on the fused arg-max path and on the exact fallback.
+    if kernels == "off":
+        monkeypatch.setenv("KTFRAME_NO_KERNELS", "1")
+    rng = np.random.default_rng(3)
+    centers = rng.normal(0, 1, (9, 5)).astype(dtype)
+    centers[4] = centers[1]
+    halfway = (centers[2:4].astype(np.float64).mean(0) + rng.normal(0, 1e-7, (50, 5))).astype(dtype)
+    points = np.concatenate([rng.normal(0, 1, (2000, 5)).astype(dtype), halfway, centers[[1, 4]]])
+    estimator = TransformerKMeans(9, init=centers).fit(centers)  # each center its own cluster
+    np.testing.assert_array_equal(estimator.cluster_centers_, centers)
+    distances = ((points.astype(np.float64)[:, None] - centers.astype(np.float64)[None]) ** 2).sum(-1)
+    labels = estimator.predict(points)
+    np.testing.assert_array_equal(labels, distances.argmin(1))
+    assert (labels != 4).all()
+
+
 def test_max_iter_is_the_default_and_n_layers_an_alias() -> None:
     estimator = TransformerKMeans(3)
     assert estimator.max_iter == 300 and estimator.n_layers is None and estimator.dtype is None
