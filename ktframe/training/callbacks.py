@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import lightning as L
 
+from ktframe.training.seeds import seed_step
+
 
 class ValidateLastStep(L.Callback):
     """Validate (and so checkpoint) at ``max_steps`` whatever the validation interval.
@@ -17,3 +19,14 @@ class ValidateLastStep(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
         if 0 < trainer.max_steps <= trainer.global_step:
             trainer.should_stop = True
+
+
+class SeedEachStep(L.Callback):
+    """Seed the global generators (dropout's among them) for each training step from (seed, rank,
+    step), so that a resumed run draws the same masks as the uninterrupted one."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def on_train_batch_start(self, trainer: L.Trainer, module, batch, batch_idx: int) -> None:
+        seed_step(self.seed, trainer.global_rank, trainer.global_step)

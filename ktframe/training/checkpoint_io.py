@@ -19,9 +19,14 @@ from typing import Any, Optional
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ktframe.errors import InputError
+from ktframe.errors import InputError, KtframeError
 
 EXPECTED = "expected a .ckpt written by ktframe fit"
+
+
+class CheckpointWriteError(KtframeError):
+    """A checkpoint could not be written (a full disk, a folder made read-only); the previous one
+    is intact and the run stops, in one line."""
 
 
 def _refusal(exc: Exception) -> str:
@@ -96,7 +101,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Optional[Any] = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} takes no storage_options")
-        write_checkpoint(checkpoint, path)
+        try:
+            write_checkpoint(checkpoint, path)
+        except OSError as exc:
+            raise CheckpointWriteError(
+                f"{path}: cannot write the checkpoint of step {checkpoint.get('global_step')} ({exc.strerror or exc}); the previous checkpoint is intact"
+                "; expected free space and a writable run folder, then resume=auto"
+            ) from None
 
     def load_checkpoint(self, path, map_location: Optional[Callable] = None, weights_only: Optional[bool] = None) -> dict[str, Any]:
         return read_checkpoint(path)  # weights_only=True whatever the caller asked

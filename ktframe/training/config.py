@@ -102,6 +102,7 @@ class LoggerConfig:
     job_type: Optional[str] = key(None, "W&B job type, e.g. train")
     notes: Optional[str] = key(None, "W&B notes")
     log_model: bool = key(True, "log the best checkpoint to W&B as a model artifact (offline too)")
+    init_timeout: float = key(30.0, "seconds W&B may take to start online; then the run logs offline")
 
 
 @dataclass
@@ -297,7 +298,7 @@ _AT_LEAST = {
     "eval.tasks": 1, "eval.steps": 1, "eval.batch_size": 1,
 }  # fmt: skip
 # Keys that must be a number > 0; "inf" is a valid gamma (the hard limit), nothing else's.
-_POSITIVE = {"data.std": False, "model.gamma": True, "optim.lr": False, "optim.loss_lambda": False}
+_POSITIVE = {"data.std": False, "model.gamma": True, "optim.lr": False, "optim.loss_lambda": False, "logger.init_timeout": False}
 # Keys whose value is one of a fixed list; names that plugins register are checked where looked up.
 _CHOICES = {"data.family": FAMILIES, "eval.family": (None, *FAMILIES), "logger.kind": LOGGERS, "logger.mode": WANDB_MODES}
 

@@ -1,14 +1,18 @@
-"""Clustering tasks for training: drawn on the fly, different on every DDP rank and dataloader
-worker, plus a fixed, seeded validation set."""
+"""Clustering tasks for training: drawn on the fly, different on every DDP rank, the tasks of each
+step a pure function of (seed, rank, step); plus a fixed, seeded validation set, split across
+ranks without padding."""
 
 from __future__ import annotations
 
+import itertools
+
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, TensorDataset, get_worker_info
 
 from ktframe.clustering.tasks import mixture
 from ktframe.plugin.manager import registry
+from ktframe.training.seeds import TASKS, step_seed
 
 
 def draw(cfg, batch: int, generator: torch.Generator, *, n: int | None = None, family: str | None = None, init: str | None = None):
@@ -19,19 +23,35 @@ def draw(cfg, batch: int, generator: torch.Generator, *, n: int | None = None, f
 
 
 class TaskStream(IterableDataset):
-    """An endless stream of batches of tasks. The seed mixes the base seed, the DDP rank, the
-    worker id and the step the stream starts at, so no two producers repeat each other and a
-    resumed run does not replay the tasks it has already seen."""
+    """An endless stream of batches of tasks from ``start_step`` on. The batch of step s is drawn
+    from a generator seeded with (seed, rank, s) alone, so no two ranks repeat each other, a resumed
+    run draws what the uninterrupted run drew, and the number of workers changes nothing."""
 
     def __init__(self, cfg, rank: int = 0, start_step: int = 0) -> None:
         self.cfg, self.rank, self.start_step = cfg, rank, start_step
 
     def __iter__(self):
         worker = get_worker_info()
-        worker_id = worker.id if worker is not None else 0
-        generator = torch.Generator().manual_seed(hash((self.cfg.seed, self.rank, worker_id, self.start_step)) & 0x7FFF_FFFF_FFFF)
-        while True:
-            yield draw(self.cfg, self.cfg.batch_size, generator)
+        worker_id, workers = (worker.id, worker.num_workers) if worker is not None else (0, 1)
+        # The DataLoader takes one batch from each worker in turn: worker w makes steps w, w + workers, ...
+        for step in itertools.count(self.start_step + worker_id, workers):
+            yield draw(self.cfg, self.cfg.batch_size, torch.Generator().manual_seed(step_seed(self.cfg.seed, self.rank, step, TASKS)))
+
+
+class UnpaddedShards(DistributedSampler):
+    """Rank r of w gets tasks r, r + w, r + 2w, ...: every task once, on one rank. (torch's
+    DistributedSampler pads the shares to equal length with repeated tasks, which the summed
+    metric states would count twice.) A subclass of it, so that Lightning keeps it as it is."""
+
+    def __init__(self, dataset, num_replicas: int, rank: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False)
+        self.indices = list(range(rank, len(dataset), num_replicas))
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
 
 
 class TaskDataModule(L.LightningDataModule):
@@ -49,5 +69,6 @@ class TaskDataModule(L.LightningDataModule):
         return DataLoader(stream, batch_size=None, num_workers=self.cfg.num_workers, persistent_workers=self.cfg.num_workers > 0)
 
     def val_dataloader(self) -> DataLoader:
-        # Lightning adds a DistributedSampler under DDP, so each rank validates its share.
-        return DataLoader(self.val, batch_size=self.cfg.val_batch_size, shuffle=False)
+        world, rank = (self.trainer.world_size, self.trainer.global_rank) if self.trainer is not None else (1, 0)
+        shards = UnpaddedShards(self.val, num_replicas=world, rank=rank)
+        return DataLoader(self.val, batch_size=self.cfg.val_batch_size, sampler=shards)

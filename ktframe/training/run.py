@@ -4,7 +4,8 @@ The run folder holds the resolved config, checkpoints (``last.ckpt`` and ``best.
 with ``weights_only=True``), the logger's files and ``summary.json``. Everything chosen before the
 Trainer starts — the run id, hence the folder and the W&B id — comes from the config or from
 ``KTFRAME_RUN_ID``, which the first process sets and the processes Lightning's DDP launches
-inherit, so every rank agrees.
+inherit; ranks that ``torchrun`` or ``srun`` started take rank 0's choice (``launch.agree``). So
+every rank agrees.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 import netrc
 import os
 import secrets
+import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,11 +32,13 @@ from omegaconf import DictConfig, OmegaConf
 from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
 from ktframe.plugin.manager import registry
-from ktframe.training.callbacks import ValidateLastStep
+from ktframe.training.callbacks import SeedEachStep, ValidateLastStep
 from ktframe.training.checkpoint_io import AtomicCheckpointIO, load_weights, read_checkpoint
 from ktframe.training.config import to_dict, to_yaml, trainer_extras
 from ktframe.training.data import TaskDataModule
+from ktframe.training.launch import agree
 from ktframe.training.module import KMeansTransformerModule
+from ktframe.training.preemption import Preemption
 
 RUN_ID_ENV = "KTFRAME_RUN_ID"
 RUN_DIR_ENV = "KTFRAME_RUN_DIR"  # set by train() for the processes DDP launches, then removed
@@ -129,28 +134,49 @@ def _logger(cfg: DictConfig, run_id: str, run_dir: Path):
 
         return TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version="")
     if kind == "wandb":
-        from lightning.pytorch.loggers import WandbLogger
-
         mode = cfg.logger.mode
         if mode == "online" and not _wandb_has_key():  # W&B would ask for a key, or fail deep inside
             raise InputError(
                 "logger.mode=online needs a W&B API key (WANDB_API_KEY or `wandb login`) and none is set; expected logger.mode=auto or offline to log offline and sync later"
             )
-        offline = mode == "offline" or (mode == "auto" and not _wandb_has_key())
-        return WandbLogger(
-            project=cfg.logger.project,
-            entity=cfg.logger.entity,
-            name=cfg.name or run_id,
-            id=run_id,
-            save_dir=str(run_dir),
-            offline=offline,
-            resume="allow",
-            group=cfg.logger.group,
-            tags=list(cfg.logger.tags) or None,
-            job_type=cfg.logger.job_type,
-            notes=cfg.logger.notes,
-        )
+        return _wandb_logger(cfg, run_id, run_dir, offline=mode == "offline" or (mode == "auto" and not _wandb_has_key()))
     return False  # "none": the config's values were checked when it was loaded
+
+
+def _wandb_logger(cfg: DictConfig, run_id: str, run_dir: Path, *, offline: bool):
+    import wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+    return WandbLogger(
+        project=cfg.logger.project,
+        entity=cfg.logger.entity,
+        name=cfg.name or run_id,
+        id=run_id,
+        save_dir=str(run_dir),
+        offline=offline,
+        resume="allow",
+        group=cfg.logger.group,
+        tags=list(cfg.logger.tags) or None,
+        job_type=cfg.logger.job_type,
+        notes=cfg.logger.notes,
+        settings=wandb.Settings(init_timeout=cfg.logger.init_timeout),
+    )
+
+
+def _start_wandb(logger, cfg: DictConfig, run_id: str, run_dir: Path):
+    """The W&B run started now, on rank 0. Online with no network, W&B gives up after
+    ``logger.init_timeout`` seconds (plus its own ~10 s for the resume request); the run then logs
+    offline, to be synced later, rather than fail a job that can train."""
+    import wandb
+
+    try:
+        logger.experiment  # noqa: B018 - starts the run
+        return logger
+    except wandb.errors.Error as exc:
+        wandb.teardown()  # the failed run still holds its id in W&B's service
+        reason = next(iter(str(exc).splitlines()), type(exc).__name__)
+        print(f"ktframe fit: warning: W&B could not start online ({reason}); logging offline instead", file=sys.stderr)
+        return _wandb_logger(cfg, run_id, run_dir, offline=True)
 
 
 def _figures(module: KMeansTransformerModule, cfg: DictConfig, run_dir: Path, logger) -> None:
@@ -160,6 +186,27 @@ def _figures(module: KMeansTransformerModule, cfg: DictConfig, run_dir: Path, lo
 
     X, C0, labels = draw(cfg.data, min(8, cfg.data.val_tasks), torch.Generator().manual_seed(cfg.data.val_seed))
     figures.save(figures.training_figures(module.model.cpu(), X, C0, labels), run_dir / "figures", logger or None)
+
+
+def _prepare_folder(cfg: DictConfig, run_dir: Path, checkpoint_bytes: int) -> None:
+    """Make the run folder and write its config, or say in one line why it cannot hold the run:
+    better before training than at the first checkpoint, hours later."""
+    try:
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        write_atomically(run_dir / "config.yaml", [to_yaml(cfg)])
+        free = shutil.disk_usage(run_dir).free
+    except OSError as exc:
+        raise InputError(
+            f"{run_dir}: cannot write the run folder ({exc.strerror or exc}); expected a writable folder with free space, or another root="
+        ) from None
+    needed = 3 * checkpoint_bytes  # last.ckpt, best.ckpt and the temporary file of the next one
+    if free < needed:
+        raise InputError(f"{run_dir}: {free} bytes free, and its checkpoints need {needed}; expected a folder with more free space, or another root=")
+
+
+def _checkpoint_bytes(module: KMeansTransformerModule) -> int:
+    """About what a checkpoint of ``module`` takes: the weights and Adam's two moments."""
+    return 3 * sum(p.numel() * p.element_size() for p in module.parameters()) + (1 << 16)
 
 
 def _keep_csv_rows(logger, before_step: int) -> None:
@@ -176,7 +223,7 @@ def _keep_csv_rows(logger, before_step: int) -> None:
 
 
 def train(cfg: DictConfig) -> RunResult:
-    run_id, run_dir, ckpt = _run_folder(cfg)
+    run_id, run_dir, ckpt = agree(lambda: _run_folder(cfg))
     # For the processes Lightning's DDP launches (they re-run this command): same id, same folder,
     # same checkpoint. Restored afterwards, so that another train() in this process starts afresh.
     saved = {name: os.environ.get(name) for name in (RUN_ID_ENV, RUN_DIR_ENV, CHECKPOINT_ENV)}
@@ -216,20 +263,24 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
         enable_version_counter=False,
     )
     latest = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False)
-    callbacks = [checkpoints, latest, ValidateLastStep()]
+    preemption = Preemption(run_dir / "checkpoints" / "last.ckpt")
+    callbacks = [checkpoints, latest, ValidateLastStep(), SeedEachStep(cfg.trainer.seed), preemption]
     if cfg.trainer.early_stopping is not None:
         callbacks.append(EarlyStopping(monitor="val/ratio", mode="min", patience=cfg.trainer.early_stopping, check_on_train_epoch_end=False))
     logger = _logger(cfg, run_id, run_dir)
     trainer = make_trainer(cfg, logger, callbacks, run_dir)
+    # every rank waits for rank 0's verdict on the folder (under torchrun or srun; see launch.py)
+    agree(lambda: trainer.is_global_zero and _prepare_folder(cfg, run_dir, _checkpoint_bytes(module)))
     if trainer.is_global_zero:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_atomically(run_dir / "config.yaml", [to_yaml(cfg)])
+        if logger and cfg.logger.kind == "wandb":
+            trainer.logger = logger = _start_wandb(logger, cfg, run_id, run_dir)
         if logger and cfg.logger.kind == "csv" and ckpt is not None:
             _keep_csv_rows(logger, before_step=start_step)  # before anything creates the CSV writer
         if logger:
             logger.log_hyperparams(config)
-    # weights_only here too: left unset, Lightning's load obeys TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
-    trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
+    with preemption:
+        # weights_only here too: left unset, Lightning's load obeys TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
+        trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
 
     summary = {
         "run_id": run_id,
