@@ -103,15 +103,16 @@ def random_points(X: torch.Tensor, k: int, generator: torch.Generator | None = N
     return torch.gather(X, 1, order.unsqueeze(-1).expand(-1, -1, X.shape[-1]))
 
 
-def _candidate_sqdist(X: torch.Tensor, sq_norms: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def _candidate_sqdist(X: torch.Tensor, sq_norms: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """``‖x_i − x_c‖²`` as ``(B, n, t)`` for the candidate points ``index (B, t)`` of X, by
-    ``‖x‖² − 2 x·c + ‖c‖²`` (one matrix product, in X's dtype, as scikit-learn computes them).
+    ``‖x‖² − 2 x·c + ‖c‖²`` (one matrix product, in X's dtype, as scikit-learn computes them),
+    into ``out`` where given.
 
     Exact up to rounding of the order of ``eps · (‖x‖² + ‖c‖²)``; the values are not yet clamped
     (see :func:`_settle`)."""
     points = torch.gather(X, 1, index.unsqueeze(-1).expand(-1, -1, X.shape[-1]))
-    norms = sq_norms.unsqueeze(-1) + torch.gather(sq_norms, 1, index).unsqueeze(1)  # (B, n, t)
-    return torch.baddbmm(norms, X, points.transpose(1, 2), alpha=-2.0)
+    D = torch.baddbmm(sq_norms.unsqueeze(-1), X, points.transpose(1, 2), alpha=-2.0, out=out)
+    return D.add_(torch.gather(sq_norms, 1, index).unsqueeze(1))
 
 
 def _settle(D: torch.Tensor, sq_norms: torch.Tensor, chosen: torch.Tensor, d: int) -> torch.Tensor:
@@ -142,7 +143,7 @@ def kmeans_plusplus(
     Speed: the distances to the candidates come from one matrix product per step
     (``‖x‖² − 2 x·c + ‖c‖²`` in X's dtype, as scikit-learn computes them), kept against a running
     closest-distance array ``(B, n)``: a step costs ``O(B·n·d·trials)`` in BLAS and a few passes
-    over ``(B, n, trials)``. Exactness: the draws and choices are those of the exact differences
+    over ``(B, n, trials)``, reused from step to step. Exactness: the draws and choices are those of the exact differences
     ``Σ (x − c)²`` except where two candidates' potentials (or a point's weight) differ only by
     float rounding; a distance within rounding of 0 is exactly 0, so a chosen point (and its
     duplicates) is never drawn again while another point is left. For a given
@@ -156,14 +157,14 @@ def kmeans_plusplus(
     step = max(1, _BLOCK_ELEMENTS // max(1, B * d))  # by blocks: no (B, n, d) temporary
     sq_norms = torch.cat([X[:, i : i + step].square().sum(dim=-1) for i in range(0, n, step)], dim=1)  # (B, n)
     closest = _settle(_candidate_sqdist(X, sq_norms, first.unsqueeze(1)).squeeze(-1), sq_norms, first, d)
+    buffer = X.new_empty(B, n, trials)  # reused: a fresh (B, n, t) array every step costs its page faults
     for _ in range(1, k):
         total = closest.sum(dim=1, keepdim=True)
         weights = closest if bool((total > 0).all()) else torch.where(total > 0, closest, torch.ones_like(closest))
         candidates = torch.multinomial(weights, trials, replacement=True, generator=generator)  # (B, trials)
-        cand_closest = _candidate_sqdist(X, sq_norms, candidates)  # (B, n, trials)
-        torch.minimum(cand_closest, closest.unsqueeze(-1), out=cand_closest)
+        cand_closest = torch.minimum(_candidate_sqdist(X, sq_norms, candidates, out=buffer), closest.unsqueeze(-1), out=buffer)
         best = cand_closest.sum(dim=1).argmin(dim=1)
-        closest = torch.gather(cand_closest, 2, best.view(B, 1, 1).expand(B, n, 1)).squeeze(-1)
+        closest = cand_closest[batch, :, best]
         pick = candidates[batch, best]
         closest = _settle(closest, sq_norms, pick, d)
         chosen.append(pick)
