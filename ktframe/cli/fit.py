@@ -62,9 +62,14 @@ def run(args) -> int:
 
     refuse_sweeps(args.overrides)
     cfg = load_config(args.overrides)  # first: a config error should not wait for Lightning to import
+    from ktframe.training.preemption import Preempted, exit_code
     from ktframe.training.run import train
 
-    result = train(cfg)
+    try:
+        result = train(cfg)
+    except Preempted as stop:  # not an error: the run is whole up to its checkpoint
+        print(f"ktframe fit: {stop}", file=sys.stderr)
+        return exit_code(stop.signum)
     if result.summary["rank"] == 0:  # under DDP every rank returns here; one report
         print(f"run {result.run_id}: {result.summary['global_step']} steps, best val/ratio {result.summary['best_val_ratio']}, folder {result.run_dir}")
         if "wandb_sync" in result.summary:

@@ -1,12 +1,13 @@
 """Preemption: SIGTERM or SIGINT during a fit writes a checkpoint of the current step and stops.
 
 A scheduler (SLURM, Kubernetes, a reclaimed spot instance) sends SIGTERM some seconds before it
-kills a job. The first SIGTERM or SIGINT asks the run to stop: at the start of the next training
-step every rank agrees to, ``last.ckpt`` is written for the steps done (atomically, as every
-checkpoint), and the fit raises :class:`Preempted`, which ``ktframe fit`` turns into one line and
-exit code 128 + the signal's number (143 for SIGTERM, 130 for SIGINT). ``resume=auto`` continues
-from that step as if nothing had happened. A second signal exits at once, without that checkpoint
-(the previous one is intact).
+kills a job. The first SIGTERM or SIGINT asks the run to stop at the end of the training step in
+progress, once every rank has agreed: ``last.ckpt`` is written for the steps done (atomically, as
+every checkpoint; at a validation step, by the validation that follows), and the fit raises
+:class:`Preempted`, which ``ktframe fit`` turns into one line and exit code 128 + the signal's
+number (143 for SIGTERM, 130 for SIGINT). ``resume=auto`` continues from that step, bit for bit as
+the uninterrupted run would have. A second signal exits at once, without that checkpoint (the
+previous one is intact).
 
 The handlers are installed for the fit only and the previous ones restored afterwards. Lightning
 installs a SIGTERM handler of its own when training starts, which under DDP broadcasts from inside
@@ -44,14 +45,14 @@ class Preempted(Exception):
 
 
 class Preemption(L.Callback):
-    """Used as ``with Preemption(last) as callback: trainer.fit(...)``, with the callback in the
-    Trainer's list."""
+    """Used as ``with Preemption(last, val_every) as callback: trainer.fit(...)``, with the
+    callback in the Trainer's list."""
 
-    def __init__(self, checkpoint: Path) -> None:
-        self.checkpoint = checkpoint
+    def __init__(self, checkpoint: Path, val_every: int) -> None:
+        self.checkpoint, self.val_every = checkpoint, val_every
         self.signum = 0  # the first signal received; 0 while none
+        self._stop = 0  # the signal every rank has agreed to stop on
         self._previous: dict[int, object] = {}
-        self._saved_at = -1  # the step last.ckpt holds, where known
 
     def __enter__(self) -> Preemption:
         if threading.current_thread() is threading.main_thread():  # only there can Python take signals
@@ -79,20 +80,20 @@ class Preemption(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, module) -> None:
         self._install()  # over the SIGTERM handler Lightning installed a moment ago
-        if trainer.ckpt_path is not None and Path(trainer.ckpt_path) == self.checkpoint:
-            self._saved_at = trainer.global_step
 
-    def on_validation_end(self, trainer: L.Trainer, module) -> None:
-        self._saved_at = trainer.global_step  # the checkpoint callbacks write last.ckpt now
-
-    def on_train_batch_start(self, trainer: L.Trainer, module, batch, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, *args) -> None:
         # One collective per step: the largest signal number any rank received, so all stop together.
         signum = int(trainer.strategy.reduce(torch.tensor(self.signum, device=trainer.strategy.root_device), reduce_op="max"))
         if not signum:
             return
-        # Where last.ckpt holds this step already (a validation at it, or the resume), it stays: written
-        # again here, after the plateau scheduler's step that follows a validation, the resumed run
-        # would step the scheduler twice.
-        if self._saved_at != trainer.global_step:
-            trainer.save_checkpoint(self.checkpoint)
-        raise Preempted(signum, trainer.global_step, self.checkpoint)
+        self._stop = signum  # at the next step's start: after this step's logging (and validation)
+        if trainer.global_step % self.val_every == 0 or trainer.global_step >= trainer.max_steps:
+            return  # a validation follows this step and writes last.ckpt (written here, the
+            # checkpoint would tell the resumed run that this validation had been done)
+        # Here, at the end of a step, is where Lightning's own step checkpoints are written: a
+        # resumed run counts its steps and validations from it as the uninterrupted run does.
+        trainer.save_checkpoint(self.checkpoint)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args) -> None:
+        if self._stop:
+            raise Preempted(self._stop, trainer.global_step, self.checkpoint)

@@ -263,7 +263,7 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
         enable_version_counter=False,
     )
     latest = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False)
-    preemption = Preemption(run_dir / "checkpoints" / "last.ckpt")
+    preemption = Preemption(run_dir / "checkpoints" / "last.ckpt", cfg.trainer.val_every)
     callbacks = [checkpoints, latest, ValidateLastStep(), SeedEachStep(cfg.trainer.seed), preemption]
     if cfg.trainer.early_stopping is not None:
         callbacks.append(EarlyStopping(monitor="val/ratio", mode="min", patience=cfg.trainer.early_stopping, check_on_train_epoch_end=False))
