@@ -224,12 +224,13 @@ def _keep_csv_rows(logger, before_step: int) -> None:
 
 def train(cfg: DictConfig) -> RunResult:
     run_id, run_dir, ckpt = agree(lambda: _run_folder(cfg))
+    launched = bool(os.environ.get(RUN_DIR_ENV))  # a rank that Lightning's DDP started: its parent made the folder
     # For the processes Lightning's DDP launches (they re-run this command): same id, same folder,
     # same checkpoint. Restored afterwards, so that another train() in this process starts afresh.
     saved = {name: os.environ.get(name) for name in (RUN_ID_ENV, RUN_DIR_ENV, CHECKPOINT_ENV)}
     os.environ.update({RUN_ID_ENV: run_id, RUN_DIR_ENV: str(run_dir), CHECKPOINT_ENV: str(ckpt or "")})
     try:
-        return _train(cfg, run_id, run_dir, ckpt)
+        return _train(cfg, run_id, run_dir, ckpt, make_folder=not launched)
     finally:
         for name, value in saved.items():
             if value is None:
@@ -238,7 +239,7 @@ def train(cfg: DictConfig) -> RunResult:
                 os.environ[name] = value
 
 
-def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> RunResult:
+def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, make_folder: bool) -> RunResult:
     cfg.run_id = run_id
     config = to_dict(cfg)
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
@@ -250,6 +251,8 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
         _check_resumable(checkpoint, cfg, module, ckpt)
     start_step = 0 if checkpoint is None else checkpoint.get("global_step", 0)
     data = TaskDataModule(cfg.data, start_step=start_step)
+    if make_folder:  # under torchrun or srun, rank 0 makes it and every rank hears whether it could
+        agree(lambda: _prepare_folder(cfg, run_dir, _checkpoint_bytes(module)))
 
     # Two callbacks: Lightning (2.6) writes a save_last checkpoint only when the monitored one
     # improved, and resuming needs the latest state after every validation.
@@ -269,8 +272,6 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None) -> Ru
         callbacks.append(EarlyStopping(monitor="val/ratio", mode="min", patience=cfg.trainer.early_stopping, check_on_train_epoch_end=False))
     logger = _logger(cfg, run_id, run_dir)
     trainer = make_trainer(cfg, logger, callbacks, run_dir)
-    # every rank waits for rank 0's verdict on the folder (under torchrun or srun; see launch.py)
-    agree(lambda: trainer.is_global_zero and _prepare_folder(cfg, run_dir, _checkpoint_bytes(module)))
     if trainer.is_global_zero:
         if logger and cfg.logger.kind == "wandb":
             trainer.logger = logger = _start_wandb(logger, cfg, run_id, run_dir)
