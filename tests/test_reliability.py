@@ -256,7 +256,7 @@ def test_torchrun_ranks_share_one_run_and_validate_an_odd_task_count_exactly(tmp
 def test_an_unwritable_run_folder_is_one_line_before_training(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     line = one_line_error(fit(tmp_path, f"root={tmp_path / 'file' / 'runs'}", "name=x"))
-    assert f"{tmp_path / 'file' / 'runs' / 'x'}: cannot write the run folder (Not a directory)" in line, line
+    assert f"{tmp_path / 'file' / 'runs' / 'x'}: cannot write the run folder ({tmp_path / 'file'} is not a folder)" in line, line
 
 
 def test_a_full_disk_at_a_checkpoint_keeps_the_previous_one_and_stops_in_one_line(tmp_path, monkeypatch):

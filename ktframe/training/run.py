@@ -188,20 +188,27 @@ def _figures(module: KMeansTransformerModule, cfg: DictConfig, run_dir: Path, lo
     figures.save(figures.training_figures(module.model.cpu(), X, C0, labels), run_dir / "figures", logger or None)
 
 
-def _prepare_folder(cfg: DictConfig, run_dir: Path, checkpoint_bytes: int) -> None:
-    """Make the run folder and write its config, or say in one line why it cannot hold the run:
-    better before training than at the first checkpoint, hours later."""
+def _check_folder(run_dir: Path, checkpoint_bytes: int) -> None:
+    """Say in one line why ``run_dir`` cannot hold the run, if it cannot: better before training
+    than at the first checkpoint, hours later. Nothing is created yet (the Trainer's own checks
+    come first)."""
+    existing = next(folder for folder in (run_dir, *run_dir.parents) if folder.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        why = "not a folder" if not existing.is_dir() else "not writable"
+        raise InputError(f"{run_dir}: cannot write the run folder ({existing} is {why}); expected a writable folder with free space, or another root=")
+    free, needed = shutil.disk_usage(existing).free, 3 * checkpoint_bytes  # last.ckpt, best.ckpt, the next one's temporary file
+    if free < needed:
+        raise InputError(f"{run_dir}: {free} bytes free, and its checkpoints need {needed}; expected a folder with more free space, or another root=")
+
+
+def _make_folder(cfg: DictConfig, run_dir: Path) -> None:
     try:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         write_atomically(run_dir / "config.yaml", [to_yaml(cfg)])
-        free = shutil.disk_usage(run_dir).free
     except OSError as exc:
         raise InputError(
             f"{run_dir}: cannot write the run folder ({exc.strerror or exc}); expected a writable folder with free space, or another root="
         ) from None
-    needed = 3 * checkpoint_bytes  # last.ckpt, best.ckpt and the temporary file of the next one
-    if free < needed:
-        raise InputError(f"{run_dir}: {free} bytes free, and its checkpoints need {needed}; expected a folder with more free space, or another root=")
 
 
 def _checkpoint_bytes(module: KMeansTransformerModule) -> int:
@@ -251,8 +258,8 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, ma
         _check_resumable(checkpoint, cfg, module, ckpt)
     start_step = 0 if checkpoint is None else checkpoint.get("global_step", 0)
     data = TaskDataModule(cfg.data, start_step=start_step)
-    if make_folder:  # under torchrun or srun, rank 0 makes it and every rank hears whether it could
-        agree(lambda: _prepare_folder(cfg, run_dir, _checkpoint_bytes(module)))
+    if make_folder:  # under torchrun or srun, rank 0 checks and every rank hears the verdict
+        agree(lambda: _check_folder(run_dir, _checkpoint_bytes(module)))
 
     # Two callbacks: Lightning (2.6) writes a save_last checkpoint only when the monitored one
     # improved, and resuming needs the latest state after every validation.
@@ -273,6 +280,7 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, ma
     logger = _logger(cfg, run_id, run_dir)
     trainer = make_trainer(cfg, logger, callbacks, run_dir)
     if trainer.is_global_zero:
+        _make_folder(cfg, run_dir)
         if logger and cfg.logger.kind == "wandb":
             trainer.logger = logger = _start_wandb(logger, cfg, run_id, run_dir)
         if logger and cfg.logger.kind == "csv" and ckpt is not None:
