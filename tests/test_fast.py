@@ -125,3 +125,66 @@ def test_the_model_file_holds_no_kernel():
     source = open(model.__file__).read()
     for word in ("import kernels", "kernels.", "CACHE_BLOCK", "settled", "scaled_dot_product_attention", "ClusterSums", "in_place"):
         assert word not in source, word
+
+
+class ReplayDropout(torch.nn.Module):
+    """Dropout of attention weights with the masks another run drew, in the order it drew them."""
+
+    def __init__(self, p: float, masks: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.p, self.masks = p, masks
+
+    def forward(self, weights: torch.Tensor) -> torch.Tensor:
+        keep = torch.ones(weights.numel(), dtype=weights.dtype)
+        keep[self.masks.pop(0)] = 0.0
+        return weights * keep.view_as(weights) / (1 - self.p)
+
+
+def test_the_learned_model_trains_alike_on_both_paths_with_dropout(monkeypatch):
+    """The fast path's attention dropout (sparse masks, one fused autograd function) gives the
+    outputs and gradients of the plain definition's dense dropout under the same masks."""
+    p = 0.3
+    quick, plain = (ktframe.build_model("learned", d=3, k=5, n_layers=1, dtype="float64", dropout=p, fast=f) for f in (True, False))
+    plain.load_state_dict(quick.state_dict())
+    drawn = []
+    draw = fast.attention.dropped_positions
+    monkeypatch.setattr(fast.attention, "dropped_positions", lambda *args, **kwargs: drawn.append(draw(*args, **kwargs)) or drawn[-1])
+    X, C0 = problem(torch.float64)
+    results = []
+    for m in (quick, plain):
+        m.train()
+        if m is plain:
+            masks = list(drawn)
+            assert len(masks) == 8 and all(len(mask) > 0 for mask in masks)  # four heads, two steps
+            for head in m.modules():
+                if isinstance(head, model.AttentionHead):
+                    head.dropout = ReplayDropout(p, masks)
+        out = m(X, C0, n_steps=2, reembed=True)
+        out.centers.square().sum().backward()
+        results.append((out.centers, {name: w.grad for name, w in m.named_parameters()}))
+    (c1, g1), (c2, g2) = results
+    torch.testing.assert_close(c1, c2, rtol=0, atol=1e-10)
+    assert g1.keys() == g2.keys()
+    for name in g1:
+        torch.testing.assert_close(g1[name], g2[name], rtol=1e-8, atol=1e-10, msg=name)
+
+
+def test_sparse_dropout_masks_drop_each_weight_independently_at_rate_p():
+    """Over many masks, every position is dropped at rate p (a chi-square test of uniformity over
+    the positions, and the count's mean and variance those of Binomial(numel, p))."""
+    generator = torch.Generator().manual_seed(0)
+    shape, p, draws = torch.Size((2, 20, 25)), 0.1, 2000
+    counts = torch.zeros(shape.numel())
+    sizes = []
+    for _ in range(draws):
+        dropped = fast.attention.dropped_positions(shape, p, generator)
+        assert len(dropped.unique()) == len(dropped)
+        counts[dropped] += 1
+        sizes.append(len(dropped))
+    sizes = torch.tensor(sizes, dtype=torch.float64)
+    numel = shape.numel()
+    assert abs(sizes.mean() - numel * p) < 4 * math.sqrt(numel * p * (1 - p) / draws)
+    assert abs(sizes.var() / (numel * p * (1 - p)) - 1) < 0.15
+    expected = draws * p
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < numel + 5 * math.sqrt(2 * numel), chi2  # 999 degrees of freedom, about 5 sigma

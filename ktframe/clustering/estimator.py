@@ -116,9 +116,7 @@ def _exact_nearest(points: torch.Tensor, C: torch.Tensor, task: torch.Tensor) ->
     ties of float32), in blocks whose distances stay in cache."""
     k, d = C.shape[1:]
     step = max(1, _BLOCK_ELEMENTS // (k * d))
-    blocks = [
-        reference.sqdist(points[i : i + step, None].double(), C[task[i : i + step]].double()).squeeze(1).argmin(-1) for i in range(0, len(points), step)
-    ]
+    blocks = [reference.sqdist(points[i : i + step, None].double(), C[task[i : i + step]].double()).squeeze(1).argmin(-1) for i in range(0, len(points), step)]
     return torch.cat(blocks)
 
 

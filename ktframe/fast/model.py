@@ -35,6 +35,7 @@ from torch import nn
 from ktframe.clustering.reference import assign
 from ktframe.components.maps import MapOutput
 from ktframe.fast import kernels
+from ktframe.fast.attention import softmax_dropout_attention
 from ktframe.transformer.construction import HeadGroup
 from ktframe.transformer.model import MEMORY_BLOCK, AttentionHead, KMeansTransformer, Layer, Select, add_into
 from ktframe.transformer.result import ClusteringResult
@@ -182,11 +183,12 @@ class FastAttentionHead(AttentionHead):
             # unfused path.
             q = torch.cat([q, q.new_ones(*q.shape[:-1], 1)], dim=-1)
             k = torch.cat([k, (b / a) * k.pow(2).sum(-1, keepdim=True)], dim=-1)
+        if self.training and self.dropout.p > 0:  # PyTorch's kernels would draw a dense mask
+            return softmax_dropout_attention(q, k, v, a, self.dropout.p)
         # The fused kernels want q, k and v of one width: zero coordinates change nothing.
         width = max(q.shape[-1], f)
         q, k, v = (torch.nn.functional.pad(t, (0, width - t.shape[-1])) if t.shape[-1] < width else t for t in (q, k, v))
-        p = self.dropout.p if self.training else 0.0
-        out = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), dropout_p=p, scale=a)
+        out = torch.nn.functional.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), scale=a)
         return out.squeeze(1)[..., :f]
 
     def _linear_attention(self, q, kv, mass, queries, into=None):
