@@ -284,3 +284,45 @@ def test_fast_kmeans_plusplus_potential_is_within_rounding_on_float32():
     for b in range(2):
         assert torch.unique(fast[b], dim=0).shape[0] == 20
     torch.testing.assert_close(reference.objective(X, fast), reference.objective(X, exact), rtol=1e-5, atol=0)
+
+
+# --- the fast path's Lloyd, nearest centers and objective (ktframe.fast.lloyd) -----------------
+
+
+def tied_problem(dtype: torch.dtype):
+    """Points on a small integer grid (exact distances: many points exactly halfway between two
+    centers) and a duplicate center (every point nearest to it ties)."""
+    g = torch.Generator().manual_seed(4)
+    X = torch.randint(0, 6, (3, 200, 3), generator=g).to(dtype)
+    C0 = X[:, :6].clone()
+    C0[:, 5] = C0[:, 4]
+    return X, C0
+
+
+@pytest.mark.parametrize("kernels", ["on", "off"])
+def test_fast_lloyd_is_the_reference_lloyd(kernels, monkeypatch):
+    from ktframe.fast import lloyd as fast_lloyd
+
+    if kernels == "off":
+        monkeypatch.setenv("KTFRAME_NO_KERNELS", "1")
+    X, C0 = tied_problem(torch.float64)
+    got, want = fast_lloyd.lloyd(X, C0, 6), reference.lloyd(X, C0, 6)
+    torch.testing.assert_close(got.trajectory, want.trajectory, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got.assignments, want.assignments, rtol=0, atol=0)
+    A, C1 = fast_lloyd.lloyd_step(X, C0)
+    assert torch.equal(A, reference.assign(X, C0))
+    torch.testing.assert_close(C1, reference.lloyd_step(X, C0)[1], rtol=0, atol=1e-12)  # sums in another order
+    assert bool(((A > 0) & (A < 1)).any())  # ties, shared
+    torch.testing.assert_close(fast_lloyd.objective(X, got.centers), reference.objective(X, want.centers), rtol=1e-12, atol=0)
+    assert torch.equal(fast_lloyd.nearest(X, want.centers), reference.sqdist(X, want.centers).argmin(-1))
+
+
+def test_fast_lloyd_on_float32_is_the_reference_to_rounding():
+    from ktframe.fast import lloyd as fast_lloyd
+
+    X, C0 = tied_problem(torch.float32)
+    got, want = fast_lloyd.lloyd(X, C0, 6), reference.lloyd(X, C0, 6)
+    torch.testing.assert_close(got.trajectory, want.trajectory, rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        fast_lloyd.objective(X.double(), got.centers.double()), reference.objective(X.double(), want.centers.double()), rtol=1e-5, atol=0
+    )

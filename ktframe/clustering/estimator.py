@@ -15,13 +15,11 @@ import torch
 
 from ktframe.clustering import reference
 from ktframe.errors import InputError, NotFittedError
-from ktframe.fast import kernels
+from ktframe.fast import lloyd as fast
 from ktframe.transformer.validation import as_tensor, check_finite, check_gamma, check_n_clusters, check_points, check_positive_int, check_rank
 
 INITS = ("k-means++", "random")
 FLOATS = {"float32": torch.float32, "float64": torch.float64}
-# Numbers in one block of a blocked pass: a block stays in cache.
-_BLOCK_ELEMENTS = 1 << 20
 
 
 def _generator(random_state: Any) -> torch.Generator:
@@ -88,48 +86,6 @@ def _not_fitted_error(message: str) -> NotFittedError:
     if sklearn_exceptions is None:
         return NotFittedError(message)
     return _sklearn_not_fitted_error(sklearn_exceptions.NotFittedError)(message)
-
-
-def _nearest(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
-    """``(B, n)``: the nearest center of every point, the lowest index among ties.
-
-    On CPU this is the transformer's own hard assignment head: the fused arg-max of
-    ``2 x·c − ‖c‖²`` (:func:`ktframe.fast.kernels.argmax_dot`), which never builds the ``(n, k)``
-    distances and decides a point only where its nearest center wins by more than any rounding
-    could change. The few points left undecided (exact ties, near ties, duplicate centers) and
-    every point where the kernels do not apply are decided from the exact differences."""
-    if kernels.usable(X, C):
-        winners = kernels.argmax_dot(X, C, 2.0, -1.0)
-        labels = winners.index
-        if winners.undecided:
-            rows = (labels < 0).nonzero(as_tuple=True)
-            labels[rows] = _exact_nearest(X[rows], C, rows[0])
-        return labels
-    B, n, d = X.shape
-    tasks = torch.arange(B, device=X.device).repeat_interleave(n)
-    return _exact_nearest(X.reshape(B * n, d), C, tasks).reshape(B, n)
-
-
-def _exact_nearest(points: torch.Tensor, C: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-    """``(u,)``: the nearest center of each of the points ``(u, d)`` among the centers ``C[task]``
-    of its own task, from the exact differences in float64 (as the fused arg-max settles near
-    ties of float32), in blocks whose distances stay in cache."""
-    k, d = C.shape[1:]
-    step = max(1, _BLOCK_ELEMENTS // (k * d))
-    blocks = [reference.sqdist(points[i : i + step, None].double(), C[task[i : i + step]].double()).squeeze(1).argmin(-1) for i in range(0, len(points), step)]
-    return torch.cat(blocks)
-
-
-def _inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """``(B,)``: Σ‖x − c[label]‖² in one O(n·d) pass over the points and their labels' centers,
-    block by block (no second copy of the data)."""
-    B, n, d = X.shape
-    step = max(1, _BLOCK_ELEMENTS // (B * d))
-    total = X.new_zeros(B)
-    for i in range(0, n, step):
-        chosen = C.gather(1, labels[:, i : i + step, None].expand(-1, -1, d))
-        total += (X[:, i : i + step] - chosen).square().sum(dim=(1, 2))
-    return total
 
 
 class TransformerKMeans:
@@ -307,8 +263,8 @@ class TransformerKMeans:
             centers = result.centers
             # The labels of the returned centers (what predict(X) gives), and the objective of
             # those labels: the last layer's assignments may be those of the centers before it.
-            labels = _nearest(tensor, centers)
-            inertia = _inertia(tensor, centers, labels)
+            labels = fast.nearest(tensor, centers)
+            inertia = fast.inertia(tensor, centers, labels)
         # Set only once fit succeeds: a failed fit leaves a fitted estimator as it was.
         self._returns_tensor = isinstance(X, torch.Tensor)
         self._batched, self._n_tasks = batched, tensor.shape[0]
@@ -350,12 +306,12 @@ class TransformerKMeans:
         """The nearest center of every point (the transformer's assignment head in the hard limit)."""
         centers = self._fitted("predict")
         tensor, _ = self._check_X(X, fitted=True)
-        return self._out(_nearest(tensor, centers))
+        return self._out(fast.nearest(tensor, centers))
 
     def score(self, X: Any, y: Any = None) -> Any:
         """The opposite of the k-means objective of ``X`` (larger is better, as in scikit-learn);
         one score per task when fitted on many."""
         centers = self._fitted("score")
         tensor, _ = self._check_X(X, fitted=True)
-        scores = -_inertia(tensor, centers, _nearest(tensor, centers))
+        scores = -fast.inertia(tensor, centers, fast.nearest(tensor, centers))
         return scores.cpu().numpy() if self._batched else float(scores[0])

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 from ktframe.clustering import reference
 from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
+from ktframe.fast import lloyd as fast
 from ktframe.plugin.variant import get_variant
 from ktframe.training.checkpoint_io import load_weights, read_checkpoint
 from ktframe.training.config import check_keys, merge, parse_overrides, to_dict
@@ -60,8 +61,8 @@ def eval_config(config: dict, overrides: list[str]) -> dict:
 
 
 def _log_means(X: torch.Tensor, trajectory: torch.Tensor) -> torch.Tensor:
-    """Per step: log of the objective of every task, ``(B, T + 1)``."""
-    return torch.stack([reference.objective(X, trajectory[:, t]).log() for t in range(trajectory.shape[1])], dim=1)
+    """Per step: log of the objective of every task, ``(B, T + 1)``, in float64."""
+    return torch.stack([fast.objective(X, trajectory[:, t].double()).log() for t in range(trajectory.shape[1])], dim=1)
 
 
 @torch.no_grad()
@@ -85,14 +86,15 @@ def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
                 greedy = reference.kmeans_plusplus(X, data["k"], generator, greedy=True)
                 runs = {
                     "model": model(X, C0, n_steps=ev["steps"], reembed=True).trajectory,
-                    "lloyd": reference.lloyd(X, C0, ev["steps"]).trajectory,
-                    "kmeans++": reference.lloyd(X, plain, ev["steps"]).trajectory,
-                    "greedy-kmeans++": reference.lloyd(X, greedy, ev["steps"]).trajectory,
+                    "lloyd": fast.lloyd(X, C0, ev["steps"]).trajectory,
+                    "kmeans++": fast.lloyd(X, plain, ev["steps"]).trajectory,
+                    "greedy-kmeans++": fast.lloyd(X, greedy, ev["steps"]).trajectory,
                 }
                 if variant.reference is not None:  # the classical algorithm the model's variant claims
                     runs["reference"] = variant.run_reference(X, C0, ev["steps"], config["model"]["gamma"], config["model"].get("options")).trajectory
+                X64 = X.double()
                 for method, trajectory in runs.items():
-                    sums[method] += _log_means(X.double(), trajectory.double()).sum(dim=0)
+                    sums[method] += _log_means(X64, trajectory).sum(dim=0)
             settings.append({"init": init, "n": n, "log_objective": {m: (s / ev["tasks"]).tolist() for m, s in sums.items()}})
     primary = next((s for s in settings if s["n"] == data["n"]), settings[0])
     return {
