@@ -16,6 +16,7 @@ from sklearn.metrics import pairwise_distances_argmin
 
 from ktframe.clustering import reference
 from ktframe.clustering.reference import kmeans_plusplus, random_points
+from ktframe.fast import seeding
 
 
 def sklearn_one_iteration(X: np.ndarray, init: np.ndarray) -> KMeans:
@@ -141,6 +142,9 @@ def test_objective_matches_fitted_inertia():
 
 # --- seeding ------------------------------------------------------------------------------------
 
+# The reference's exact seeding and the fast path's matrix-product one, which the estimator uses.
+SEEDINGS = pytest.mark.parametrize("seed_with", [kmeans_plusplus, seeding.kmeans_plusplus], ids=["reference", "fast"])
+
 
 def is_row_of(C: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     """``(B, k)``: whether each center is (exactly) one of its task's points."""
@@ -150,10 +154,11 @@ def is_row_of(C: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("greedy", [False, True])
 @settings(max_examples=25, deadline=None)
 @given(B=st.integers(1, 3), n=st.integers(1, 50), d=st.integers(1, 4), k=st.integers(1, 6), seed=st.integers(0, 2**31 - 1))
-def test_kmeans_plusplus_returns_distinct_data_points(greedy, B, n, d, k, seed):
+@SEEDINGS
+def test_kmeans_plusplus_returns_distinct_data_points(seed_with, greedy, B, n, d, k, seed):
     k = min(k, n)
     X = torch.randn(B, n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    C = kmeans_plusplus(X, k, torch.Generator().manual_seed(seed + 1), greedy=greedy)
+    C = seed_with(X, k, torch.Generator().manual_seed(seed + 1), greedy=greedy)
     assert C.shape == (B, k, d) and C.dtype == X.dtype
     assert bool(is_row_of(C, X).all())
     # A point already chosen has weight 0, so with distinct points the k centers are distinct.
@@ -162,21 +167,23 @@ def test_kmeans_plusplus_returns_distinct_data_points(greedy, B, n, d, k, seed):
 
 
 @pytest.mark.parametrize("greedy", [False, True])
-def test_kmeans_plusplus_is_deterministic_under_a_seeded_generator(greedy):
+@SEEDINGS
+def test_kmeans_plusplus_is_deterministic_under_a_seeded_generator(seed_with, greedy):
     X = torch.rand(3, 200, 2, generator=torch.Generator().manual_seed(0))
-    a = kmeans_plusplus(X, 5, torch.Generator().manual_seed(42), greedy=greedy)
-    b = kmeans_plusplus(X, 5, torch.Generator().manual_seed(42), greedy=greedy)
-    c = kmeans_plusplus(X, 5, torch.Generator().manual_seed(43), greedy=greedy)
+    a = seed_with(X, 5, torch.Generator().manual_seed(42), greedy=greedy)
+    b = seed_with(X, 5, torch.Generator().manual_seed(42), greedy=greedy)
+    c = seed_with(X, 5, torch.Generator().manual_seed(43), greedy=greedy)
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
 
 
-def test_kmeans_plusplus_draws_proportionally_to_squared_distance():
+@SEEDINGS
+def test_kmeans_plusplus_draws_proportionally_to_squared_distance(seed_with):
     # Points 0, 1, 3 on a line. Given the first center at 0, the second is 1 with probability
     # 1/10 and 3 with probability 9/10 (plain k-means++).
     B = 6000
     X = torch.tensor([[0.0], [1.0], [3.0]], dtype=torch.float64).expand(B, 3, 1).contiguous()
-    C = kmeans_plusplus(X, 2, torch.Generator().manual_seed(1))
+    C = seed_with(X, 2, torch.Generator().manual_seed(1))
     first, second = C[:, 0, 0], C[:, 1, 0]
     assert bool((first != second).all())
     from_zero = second[first == 0.0]
@@ -190,13 +197,14 @@ def test_kmeans_plusplus_draws_proportionally_to_squared_distance():
     assert abs(p - 9 / 13) < 4 * math.sqrt((9 / 13) * (4 / 13) / from_three.numel())
 
 
-def test_greedy_and_plain_are_both_valid_and_greedy_seeds_better():
+@SEEDINGS
+def test_greedy_and_plain_are_both_valid_and_greedy_seeds_better(seed_with):
     g = torch.Generator().manual_seed(5)
     means = torch.rand(200, 6, 2, generator=g, dtype=torch.float64) * 10
     which = torch.randint(6, (200, 120), generator=g)
     X = torch.gather(means, 1, which.unsqueeze(-1).expand(-1, -1, 2)) + 0.3 * torch.randn(200, 120, 2, generator=g, dtype=torch.float64)
-    plain = kmeans_plusplus(X, 6, torch.Generator().manual_seed(0))
-    greedy = kmeans_plusplus(X, 6, torch.Generator().manual_seed(0), greedy=True)
+    plain = seed_with(X, 6, torch.Generator().manual_seed(0))
+    greedy = seed_with(X, 6, torch.Generator().manual_seed(0), greedy=True)
     uniform = random_points(X, 6, torch.Generator().manual_seed(0))
     for C in (plain, greedy):
         assert C.shape == (200, 6, 2)
@@ -208,17 +216,19 @@ def test_greedy_and_plain_are_both_valid_and_greedy_seeds_better():
     assert obj["greedy"] < obj["plain"] < obj["uniform"]
 
 
-def test_kmeans_plusplus_explicit_local_trials():
+@SEEDINGS
+def test_kmeans_plusplus_explicit_local_trials(seed_with):
     X = torch.rand(2, 40, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    C = kmeans_plusplus(X, 4, torch.Generator().manual_seed(3), n_local_trials=5)
+    C = seed_with(X, 4, torch.Generator().manual_seed(3), n_local_trials=5)
     assert C.shape == (2, 4, 3) and bool(is_row_of(C, X).all())
 
 
 @pytest.mark.parametrize("greedy", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_kmeans_plusplus_all_identical_points(greedy, dtype):
+@SEEDINGS
+def test_kmeans_plusplus_all_identical_points(seed_with, greedy, dtype):
     X = torch.full((2, 10, 3), 0.25, dtype=dtype)
-    C = kmeans_plusplus(X, 4, torch.Generator().manual_seed(0), greedy=greedy)
+    C = seed_with(X, 4, torch.Generator().manual_seed(0), greedy=greedy)
     assert C.shape == (2, 4, 3)
     assert torch.equal(C, torch.full((2, 4, 3), 0.25, dtype=dtype))
     # And Lloyd from there is a fixed point: no NaN, every center on the point.
@@ -228,34 +238,14 @@ def test_kmeans_plusplus_all_identical_points(greedy, dtype):
 
 
 @pytest.mark.parametrize("greedy", [False, True])
-def test_kmeans_plusplus_fewer_distinct_points_than_clusters(greedy):
+@SEEDINGS
+def test_kmeans_plusplus_fewer_distinct_points_than_clusters(seed_with, greedy):
     # Three distinct points, five centers: once every point is a center the draw is uniform.
     X = torch.tensor([[[0.0], [1.0], [5.0], [1.0], [0.0], [5.0]]], dtype=torch.float64)
-    C = kmeans_plusplus(X, 5, torch.Generator().manual_seed(0), greedy=greedy)
+    C = seed_with(X, 5, torch.Generator().manual_seed(0), greedy=greedy)
     assert C.shape == (1, 5, 1)
     assert bool(is_row_of(C, X).all())
     assert set(C.flatten().tolist()) == {0.0, 1.0, 5.0}  # every distinct point was chosen first
-
-
-def slow_exact_kmeans_plusplus(X, k, generator, *, greedy=False):
-    """The seeding as first written: every candidate's distances from the differences themselves
-    (:func:`reference.sqdist`), the draws from the normalised closest distances."""
-    B, n, d = X.shape
-    trials = (2 + int(math.log(k))) if greedy else 1
-    batch = torch.arange(B)
-    first = torch.randint(n, (B,), generator=generator)
-    centers = [X[batch, first]]
-    closest = reference.sqdist(X, centers[0].unsqueeze(1)).squeeze(-1)
-    for _ in range(1, k):
-        total = closest.sum(dim=1, keepdim=True)
-        probs = torch.where(total > 0, closest / total.clamp_min(torch.finfo(X.dtype).tiny), torch.ones_like(closest))
-        candidates = torch.multinomial(probs, trials, replacement=True, generator=generator)
-        cand_points = torch.gather(X, 1, candidates.unsqueeze(-1).expand(-1, -1, d))
-        cand_closest = torch.minimum(closest.unsqueeze(1), reference.sqdist(cand_points, X))
-        best = cand_closest.sum(dim=-1).argmin(dim=1)
-        centers.append(cand_points[batch, best])
-        closest = cand_closest[batch, best]
-    return torch.stack(centers, dim=1)
 
 
 @pytest.mark.parametrize("greedy", [False, True])
@@ -267,8 +257,8 @@ def test_fast_kmeans_plusplus_chooses_the_centers_of_the_exact_one(greedy, seed)
     means = torch.randn(3, 12, 5, generator=g, dtype=torch.float64) * 10 + 40
     which = torch.randint(12, (3, 500), generator=g)
     X = torch.gather(means, 1, which.unsqueeze(-1).expand(-1, -1, 5)) + torch.randn(3, 500, 5, generator=g, dtype=torch.float64)
-    fast = kmeans_plusplus(X, 12, torch.Generator().manual_seed(seed), greedy=greedy)
-    exact = slow_exact_kmeans_plusplus(X, 12, torch.Generator().manual_seed(seed), greedy=greedy)
+    fast = seeding.kmeans_plusplus(X, 12, torch.Generator().manual_seed(seed), greedy=greedy)
+    exact = kmeans_plusplus(X, 12, torch.Generator().manual_seed(seed), greedy=greedy)
     assert torch.equal(fast, exact)
 
 
@@ -278,8 +268,8 @@ def test_fast_kmeans_plusplus_potential_is_within_rounding_on_float32():
     g = torch.Generator().manual_seed(9)
     X = torch.randn(2, 300, 8, generator=g)
     X = torch.cat([X, X[:, :50]], dim=1)  # 50 duplicated points
-    fast = kmeans_plusplus(X, 20, torch.Generator().manual_seed(1), greedy=True)
-    exact = slow_exact_kmeans_plusplus(X, 20, torch.Generator().manual_seed(1), greedy=True)
+    fast = seeding.kmeans_plusplus(X, 20, torch.Generator().manual_seed(1), greedy=True)
+    exact = kmeans_plusplus(X, 20, torch.Generator().manual_seed(1), greedy=True)
     assert bool(is_row_of(fast, X).all())
     for b in range(2):
         assert torch.unique(fast[b], dim=0).shape[0] == 20

@@ -16,6 +16,7 @@ import torch
 from ktframe.clustering import reference
 from ktframe.errors import InputError, NotFittedError
 from ktframe.fast import lloyd as fast
+from ktframe.fast import seeding
 from ktframe.transformer.validation import as_tensor, check_finite, check_gamma, check_n_clusters, check_points, check_positive_int, check_rank
 
 INITS = ("k-means++", "random")
@@ -204,7 +205,7 @@ class TransformerKMeans:
         shape, text = ((B, k, d), "(n_tasks, n_clusters, n_features)") if batched else ((k, d), "(n_clusters, n_features)")
         if isinstance(self.init, str):
             if self.init == "k-means++":
-                return reference.kmeans_plusplus(X, k, generator, greedy=True)
+                return seeding.kmeans_plusplus(X, k, generator, greedy=True)
             if self.init == "random":
                 return reference.random_points(X, k, generator)
             raise InputError(f"init must be 'k-means++', 'random' or an array of shape {shape}; got {self.init!r}")
