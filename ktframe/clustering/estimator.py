@@ -23,10 +23,11 @@ INITS = ("k-means++", "random")
 FLOATS = {"float32": torch.float32, "float64": torch.float64}
 
 
-def _generator(random_state: Any) -> torch.Generator:
+def _generator(random_state: Any, device: torch.device) -> torch.Generator:
+    """A generator on the data's ``device`` seeded from ``random_state`` (a given one as it is)."""
     if isinstance(random_state, torch.Generator):
         return random_state
-    generator = torch.Generator()
+    generator = torch.Generator(device=device)
     if random_state is None:
         generator.seed()
     elif isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool) and random_state >= 0:
@@ -209,7 +210,7 @@ class TransformerKMeans:
             if self.init == "random":
                 return reference.random_points(X, k, generator)
             raise InputError(f"init must be 'k-means++', 'random' or an array of shape {shape}; got {self.init!r}")
-        C0 = as_tensor(self.init, "init", X.dtype)
+        C0 = as_tensor(self.init, "init", X.dtype).to(X.device)
         check_rank(C0, "init", (len(shape),), f"{text} = {shape}")
         if tuple(C0.shape) != shape:
             raise InputError(f"init must have shape {text} = {shape}; got {tuple(C0.shape)}")
@@ -256,7 +257,7 @@ class TransformerKMeans:
             )
         k = check_n_clusters(k, tensor.shape[1])
         steps = check_positive_int(self.max_iter if self.n_layers is None else self.n_layers, "max_iter" if self.n_layers is None else "n_layers")
-        generator = _generator(self.random_state)
+        generator = _generator(self.random_state, tensor.device)
         C0 = self._initial_centers(tensor, k, generator, batched)
         model = build_model(self.variant, d=tensor.shape[-1], k=k, n_layers=steps, gamma=self.gamma, dtype=tensor.dtype, **self._model_options())
         with torch.no_grad():

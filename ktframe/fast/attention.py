@@ -56,6 +56,9 @@ class SoftmaxDropoutAttention(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         q, k, v, out, dropped, kept_aside = ctx.saved_tensors
         weights, scale = ctx.weights, ctx.scale
+        # Under autocast the forward ran in mixed types (bf16 products, a float32 softmax): the
+        # backward runs in the weights' type (autograd casts each gradient to its input's type).
+        q, k, v, out, grad_out = (t.to(weights.dtype) for t in (q, k, v, out, grad_out))
         grad_v = torch.bmm(weights.transpose(1, 2), grad_out * (1.0 / (1.0 - ctx.p)))
         # The softmax's gradient, w ∘ (g − Σ_j w_j g_j) with g = d(weights) (0 where dropped).
         # Σ_j w_j g_j is, per query, grad_out · out (an (m, f) product, not one over (m, n)); w
