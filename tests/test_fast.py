@@ -188,3 +188,30 @@ def test_sparse_dropout_masks_drop_each_weight_independently_at_rate_p():
     expected = draws * p
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < numel + 5 * math.sqrt(2 * numel), chi2  # 999 degrees of freedom, about 5 sigma
+
+
+def test_the_dropout_attention_reuses_its_buffers_and_never_one_a_live_graph_needs():
+    """Two attentions through one workspace before either backward (an unrolled layer with shared
+    weights) keep their own weights; step after step the same few buffers are lent again."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 30, 6, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    workspace = fast.attention.Workspace()
+
+    def plain(dropped):
+        keep = torch.ones(2 * 30 * 30, dtype=torch.float64)
+        keep[dropped] = 0.0
+        return (torch.softmax(0.5 * q @ k.transpose(1, 2), -1) * keep.view(2, 30, 30) / 0.8) @ v
+
+    seen = set()
+    for step in range(6):
+        first, second = (fast.attention.dropped_positions(torch.Size((2, 30, 30)), 0.2, g) for _ in range(2))
+        x = fast.attention.softmax_dropout_attention(q, k, v, 0.5, 0.2, first, workspace)
+        y = fast.attention.softmax_dropout_attention(q, k, v, 0.5, 0.2, second, workspace)
+        got = torch.autograd.grad((x * y.detach() + y).sum(), (q, k, v))
+        want = torch.autograd.grad((plain(first) * y.detach() + plain(second)).sum(), (q, k, v))
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+        del x, y
+        if step >= 2:
+            seen |= {buffer.data_ptr() for buffer in workspace._buffers}
+    assert len(workspace._buffers) <= 3 and len(seen) <= 3

@@ -35,7 +35,7 @@ from torch import nn
 from ktframe.clustering.reference import assign
 from ktframe.components.maps import MapOutput
 from ktframe.fast import kernels
-from ktframe.fast.attention import softmax_dropout_attention
+from ktframe.fast.attention import Workspace, softmax_dropout_attention
 from ktframe.transformer.construction import HeadGroup
 from ktframe.transformer.model import MEMORY_BLOCK, AttentionHead, KMeansTransformer, Layer, Select, add_into
 from ktframe.transformer.result import ClusteringResult
@@ -57,6 +57,11 @@ class FastAttentionHead(AttentionHead):
     def fused(self) -> bool:
         """A softmax over dot-product-form logits: PyTorch's fused attention kernel applies it."""
         return not self.identity and self.map.softmax and self.score.dot_product_form(self.gamma) is not None
+
+    @functools.cached_property
+    def workspace(self) -> Workspace:
+        """Buffers of this head's attention with dropout, lent again at every training step."""
+        return Workspace()
 
     @functools.cached_property
     def fused_argmax(self) -> bool:
@@ -184,7 +189,7 @@ class FastAttentionHead(AttentionHead):
             q = torch.cat([q, q.new_ones(*q.shape[:-1], 1)], dim=-1)
             k = torch.cat([k, (b / a) * k.pow(2).sum(-1, keepdim=True)], dim=-1)
         if self.training and self.dropout.p > 0:  # PyTorch's kernels would draw a dense mask
-            return softmax_dropout_attention(q, k, v, a, self.dropout.p)
+            return softmax_dropout_attention(q, k, v, a, self.dropout.p, workspace=self.workspace)
         # The fused kernels want q, k and v of one width: zero coordinates change nothing.
         width = max(q.shape[-1], f)
         q, k, v = (torch.nn.functional.pad(t, (0, width - t.shape[-1])) if t.shape[-1] < width else t for t in (q, k, v))
