@@ -6,11 +6,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ktframe.cli import cluster, config, eval, fit, plugins, report, verify
+from ktframe.cli import cluster, config, eval, fit, gamma_sweep, plugins, report, verify
 from ktframe.errors import KtframeError, UnknownNameError
 from ktframe.plugin import manager as pluginmanager
 
-COMMANDS = (fit, eval, report, verify, cluster, config, plugins)
+COMMANDS = (fit, eval, report, verify, gamma_sweep, cluster, config, plugins)
 
 
 class Parser(argparse.ArgumentParser):

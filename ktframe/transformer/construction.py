@@ -95,12 +95,14 @@ def assignment_head(
     return fixed_head(width, q=xs, k=xs, v=ys, score=score, attention_map=choose, gamma=g, norm=qk_norm, normed="qk" if qk_norm else "")
 
 
-def reset_head(width: int, on: Sequence[int], erase: Sequence[int]) -> AttentionHead:
+def reset_head(width: int, on: Sequence[int], erase: Sequence[int], *, identity: bool = False) -> AttentionHead:
     """Self-attention that erases coordinates ``erase`` of every token: a hard arg-max over
     coordinates ``on`` picks the token itself (or its exact duplicates, which hold the same
-    ``erase`` coordinates) and writes minus them. Exact at any temperature of the other heads."""
+    ``erase`` coordinates) and writes minus them. Exact at any temperature of the other heads, and
+    so is its ``identity`` mode (the token itself, without the n × n arg-max)."""
     reg = registry()
-    return fixed_head(width, q=on, k=on, v=erase, v_scale=-1.0, score=reg.get("score", "euclidean")(), attention_map=reg.get("map", "hardmax")())
+    euclidean, hardmax = reg.get("score", "euclidean")(), reg.get("map", "hardmax")()
+    return fixed_head(width, q=on, k=on, v=erase, v_scale=-1.0, score=euclidean, attention_map=hardmax, identity=identity)
 
 
 def mean_head(width: int, xs: Sequence[int], ys: Sequence[int], *, v_norm: Callable[[int], nn.Module] | None = None) -> AttentionHead:
@@ -130,17 +132,19 @@ def lloyd_family_layer(
     score: Score | None = None,
     qk_norm: Callable[[int], nn.Module] | None = None,
     layer: type[Layer] = Layer,
+    identity_resets: bool = False,
     **extra,
 ) -> Layer:
     """One layer of a variant of Lloyd's construction: the assignment head (``score``, softmax at
     finite ``gamma``, queries and keys normalised by ``qk_norm`` if given), exact resets of the
-    assignment and of the center, and the variant's own ``center_cross`` head (the center
-    update). ``layer`` and ``extra`` let a variant add heads of its own."""
+    assignment and of the center (in their identity mode with ``identity_resets``), and the
+    variant's own ``center_cross`` head (the center update). ``layer`` and ``extra`` let a
+    variant add heads of its own."""
     return layer(
         point_cross=assignment_head(width, xs, ys, gamma=gamma, score=score, qk_norm=qk_norm),
-        point_self=reset_head(width, xs, ys),
+        point_self=reset_head(width, xs, ys, identity=identity_resets),
         center_cross=center_cross,
-        center_self=reset_head(width, ys, xs),
+        center_self=reset_head(width, ys, xs, identity=identity_resets),
         **extra,
     )
 

@@ -16,6 +16,7 @@ import torch
 
 from ktframe import hookimpl
 from ktframe.clustering import reference
+from ktframe.errors import InputError
 from ktframe.fast import accelerate
 from ktframe.plugin.manager import registry
 from ktframe.plugin.variant import Tolerance, Variant
@@ -25,9 +26,17 @@ from ktframe.transformer.model import KMeansTransformer
 GAMMA = 100.0
 
 
-def build(*, d: int, k: int, n_layers: int, gamma: float = GAMMA, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
+RESETS = ("attention", "identity")
+
+
+def build(*, d: int, k: int, n_layers: int, gamma: float = GAMMA, reset: str = "attention", share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
+    """``reset="identity"`` computes the two resets as the identity they are (exact at any gamma:
+    they are hard arg-maxes of each token over itself), O(n) instead of O(n²) for the points."""
+    if reset not in RESETS:
+        raise InputError(f"reset must be one of {', '.join(RESETS)}; got {reset!r}")
     width, xs, ys = d + k, coords(0, d), coords(d, d + k)
-    make_layer = lambda: lloyd_family_layer(width, xs, ys, gamma=gamma, center_cross=mean_head(width, xs, ys))  # noqa: E731
+    identity = reset == "identity"
+    make_layer = lambda: lloyd_family_layer(width, xs, ys, gamma=gamma, center_cross=mean_head(width, xs, ys), identity_resets=identity)  # noqa: E731
     model = KMeansTransformer(registry().get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
     return accelerate(model) if fast else model
 

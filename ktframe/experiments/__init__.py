@@ -1,0 +1,1 @@
+"""Experiments of the paper beyond training: sweeps of the hand-built constructions."""

@@ -1,0 +1,91 @@
+"""``ktframe gamma-sweep``: the temperature sweep of the hand-built construction, end to end on a
+tiny grid, its tasks, its grids and its bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ktframe
+from ktframe.experiments import gamma_sweep
+
+TINY = "k: [2, 3]\nd: [1, 2]\nn: [30, 60]\nscale: [1, 5]\ngamma: [1, 100]\n"
+
+
+def ktframe_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ktframe.cli.main", *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_a_tiny_grid_end_to_end(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    done = ktframe_cli("gamma-sweep", "--grid", "tiny.yaml", "--out", "sweep", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["cells"] == 32
+    rows = list(csv.DictReader((tmp_path / "sweep" / "gamma-sweep.csv").open()))
+    assert list(rows[0]) == ["k", "d", "n", "scale", "gamma", "delta"]
+    assert {(r["k"], r["d"], r["n"], r["scale"], r["gamma"]) for r in rows} == {
+        (k, d, n, s, g) for k in "23" for d in "12" for n in ("30", "60") for s in "15" for g in ("1", "100")
+    }
+    assert all(math.isfinite(float(r["delta"])) for r in rows)  # no NaN, emptied clusters included
+    # Near the hard limit the softmax assignment is Lloyd's: at γ = 100 on data of scale 5 the
+    # squared distances are large against 1/γ, and most cells end where Lloyd does.
+    near = [abs(float(r["delta"])) < 1e-3 for r in rows if r["gamma"] == "100" and r["scale"] == "5"]
+    assert sum(near) >= 6 and len(near) == 8
+    for name in gamma_sweep.HEATMAPS:
+        assert (tmp_path / "sweep" / f"gamma-sweep-{name}.png").stat().st_size > 1000
+    assert set(summary["median_delta_by_gamma"]) == {"1.0", "100.0"}
+    assert not [p for p in (tmp_path / "sweep").iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def test_the_tasks_follow_the_papers_protocol():
+    generator = torch.Generator().manual_seed(0)
+    X, C0 = gamma_sweep.tasks(3, 103, 4, 5, 7.0, generator, torch.float64)
+    assert X.shape == (3, 100, 4)  # n // k points around each of the k centers
+    assert torch.equal(C0, X[:, :5])  # the first k points of the shuffled data
+    assert torch.allclose(X.amin(dim=1), torch.zeros(3, 4, dtype=X.dtype)) and torch.allclose(X.amax(dim=1), torch.full((3, 4), 7.0, dtype=X.dtype))
+
+
+def test_the_quick_grid_is_every_third_value_of_the_papers_axes():
+    paper, quick = gamma_sweep.PAPER, gamma_sweep.GRIDS["quick"]
+    assert paper.cells == 30_000 and paper.n[0] == 100 and paper.n[-1] == 1_000_000
+    assert quick.k == (5, 20, 35, 50) and quick.d == (1, 4, 7, 10) and quick.n == (100, 2154, 46415, 1_000_000)
+    assert quick.gamma == paper.gamma
+
+
+def test_soft_with_identity_resets_is_soft_with_attention_resets():
+    # The sweep runs soft with its resets in identity mode (O(n) rather than an n × n arg-max):
+    # exact at any gamma, duplicate points included.
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(3, 120, 3, generator=g, dtype=torch.float64)
+    X[0, 5] = X[0, 6]
+    for gamma in (1.0, 100.0):
+        plain, identity = (ktframe.build_model("soft", d=3, k=4, n_layers=6, gamma=gamma, dtype="float64", reset=r) for r in ("attention", "identity"))
+        with torch.no_grad():
+            assert torch.equal(plain(X, X[:, :4]).trajectory, identity(X, X[:, :4]).trajectory)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--grid", "huge"], "unknown grid 'huge'; expected one of: paper, quick, or a YAML file"),
+        (["--variant", "nosuch"], "nosuch"),
+        (["--grid", "bad.yaml"], "grid file bad.yaml: expected exactly the axes k, d, n, scale, gamma"),
+        (["--out", "a-file/sweep"], "a-file/sweep: cannot write there"),  # a folder that cannot be made, even by root
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
+    (tmp_path / "bad.yaml").write_text("k: [2]\nd: [1]\n")
+    (tmp_path / "a-file").write_text("not a folder")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    done = ktframe_cli("gamma-sweep", *args, cwd=tmp_path)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr and "Traceback" not in done.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
