@@ -64,29 +64,49 @@ def objective(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     return inertia(X, C, nearest(X, C))
 
 
+def _step(X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]:
+    """One Lloyd iteration through the kernel: the new centers, each point's winner (−1 where
+    undecided) and, for the undecided points, ``(task, row, split)`` with their shared rows."""
+    winners = kernels.argmax_dot(X, C, 2.0, -1.0, values=X)
+    sums, sizes = winners.sums.to(X.dtype), winners.sizes.to(X.dtype)
+    undecided = None
+    if winners.undecided:
+        task, row = (winners.index < 0).nonzero(as_tuple=True)
+        points = X[task, row]
+        split = _exact_split(points, C, task)  # (u, k)
+        sums.index_add_(0, task, split.unsqueeze(-1) * points.unsqueeze(1))
+        sizes.index_add_(0, task, split)
+        undecided = (task, row, split)
+    counts = sizes.unsqueeze(-1)
+    centers = torch.where(counts > 0, sums / counts.clamp_min(torch.finfo(X.dtype).tiny), C)
+    return centers, winners.index, undecided
+
+
+def _assignments(index: torch.Tensor, undecided: tuple | None, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(B, n, k)`` one-hot rows of the winners, the undecided points' shared rows in place."""
+    A = torch.nn.functional.one_hot(index.clamp(min=0), k).to(dtype)
+    if undecided is not None:
+        task, row, split = undecided
+        A[task, row] = split
+    return A
+
+
 def lloyd_step(X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One Lloyd iteration: ``(assignments (B, n, k), new centers)`` as
     :func:`ktframe.clustering.reference.lloyd_step` gives them; an emptied center stays."""
     if not kernels.usable(X, C):
         return reference.lloyd_step(X, C)
-    B, n, d = X.shape
-    k = C.shape[1]
-    winners = kernels.argmax_dot(X, C, 2.0, -1.0, values=X)
-    sums, sizes = winners.sums.to(X.dtype), winners.sizes.to(X.dtype)
-    A = torch.zeros(B, n, k, dtype=X.dtype)
-    decided = winners.index >= 0
-    A.view(-1, k)[decided.view(-1)] = torch.nn.functional.one_hot(winners.index[decided], k).to(X.dtype)
-    if winners.undecided:
-        task, row = (~decided).nonzero(as_tuple=True)
-        points = X[task, row]
-        split = _exact_split(points, C, task)  # (u, k)
-        A[task, row] = split
-        sums.index_add_(0, task, split.unsqueeze(-1) * points.unsqueeze(1))
-        sizes.index_add_(0, task, split)
-    counts = sizes.unsqueeze(-1)
-    return A, torch.where(counts > 0, sums / counts.clamp_min(torch.finfo(X.dtype).tiny), C)
+    centers, index, undecided = _step(X, C)
+    return _assignments(index, undecided, C.shape[1], X.dtype), centers
 
 
 def lloyd(X: torch.Tensor, C0: torch.Tensor, n_iter: int) -> ClusteringResult:
-    """``n_iter`` iterations of Lloyd's algorithm from ``C0``, every center kept in the trajectory."""
-    return reference.iterate(X, C0, n_iter, lloyd_step)
+    """``n_iter`` iterations of Lloyd's algorithm from ``C0``, every center kept in the trajectory;
+    the ``(B, n, k)`` assignments are built once, for the last iteration."""
+    if not kernels.usable(X, C0) or n_iter == 0:
+        return reference.lloyd(X, C0, n_iter)
+    trajectory, C = [C0], C0
+    for _ in range(n_iter):
+        C, index, undecided = _step(X, C)
+        trajectory.append(C)
+    return ClusteringResult(centers=C, assignments=_assignments(index, undecided, C0.shape[1], X.dtype), trajectory=torch.stack(trajectory, dim=1))
