@@ -22,8 +22,8 @@ from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Tasks of 32 points in 2-d with 3 clusters, 4 per batch; 8 validation tasks (even, so that two
-# DDP ranks see 4 each and Lightning's DistributedSampler pads nothing).
+# Tasks of 32 points in 2-d with 3 clusters, 4 per batch; 8 validation tasks (two DDP ranks see 4
+# each; any count is validated exactly, see test_reliability.py's torchrun test with 7).
 TINY = [
     "data.n=32",
     "data.d=2",
