@@ -211,3 +211,29 @@ def test_bad_input_is_one_line_and_writes_nothing(bad_input: dict, case: str) ->
 def test_help_lists_the_command() -> None:
     """The command's help text goes through argparse's %-formatting: a bare % would break ``ktframe --help``."""
     assert "report" in build_parser().format_help()
+
+
+def test_by_groups_the_runs_by_config_values(tmp_path: Path) -> None:
+    """A sweep's settings, seeds pooled: the runs sharing the values of the --by keys in their
+    config.yaml are aggregated together, beside the report over every run."""
+    root = write_runs(tmp_path / "runs")
+    lambdas = {"a": 1.0, "b": 1.0, "deep/group/c": 4.0}
+    for name, value in lambdas.items():
+        (root / name / "config.yaml").write_text(f"optim:\n  loss_lambda: {value}\ndata:\n  d: 32\n")
+    done = ok(run_cli(["report", str(root), "--by", "optim.loss_lambda,data.d", "--json"], tmp_path, timeout=60))
+    report = json.loads(done.stdout, parse_constant=no_nan)
+    assert report["runs"] == 3 and report["by"] == ["optim.loss_lambda", "data.d"]
+    assert [(g["setting"], g["paths"]) for g in report["groups"]] == [
+        ({"optim.loss_lambda": 1.0, "data.d": 32}, ["a", "b"]),
+        ({"optim.loss_lambda": 4.0, "data.d": 32}, ["deep/group/c"]),
+    ]
+    assert_stats(report["groups"][0]["metrics"]["val/ratio"], [RATIOS["a"], RATIOS["b"]])
+    text = (root / "report.md").read_text()
+    assert "## By optim.loss_lambda, data.d: final validation metrics" in text
+    assert f"| 1.0 | 32 | 2 | {np.mean([RATIOS['a'], RATIOS['b']]):.4f} ±" in text
+    assert "## By optim.loss_lambda, data.d: evaluation at the last step" in text
+
+    (root / "report.json").unlink()
+    bad = run_cli(["report", str(root), "--by", "optim.nope"], tmp_path, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "the config has no key optim.nope" in bad.stderr and not (root / "report.json").exists()

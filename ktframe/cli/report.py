@@ -11,6 +11,10 @@ def add_parser(commands) -> None:
     p = commands.add_parser("report", help="aggregate the training runs below a folder: mean, spread and 95 %% interval over runs")
     p.add_argument("path", metavar="PATH", help="a run folder (one holding summary.json) or a folder holding run folders at any depth")
     p.add_argument("--out", metavar="DIR", help="folder for report.json, report.md and report.png (default: PATH)")
+    p.add_argument(
+        "--by", metavar="KEYS", default="",
+        help="also report each group of runs sharing these config keys' values, comma-separated (e.g. optim.loss_lambda,data.d: a sweep's settings, seeds pooled)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
     p.set_defaults(run=run)
 
@@ -19,7 +23,7 @@ def run(args) -> int:
     from ktframe.training.report import build_report, figure_png, markdown, write
 
     root = Path(args.path)
-    report = build_report(root)
+    report = build_report(root, [key for key in args.by.split(",") if key])
     text = markdown(report, root)
     paths = write(Path(args.out) if args.out else root, report, text, figure_png(report, root))
     print(json.dumps(report) if args.json else f"{text}\n\nwritten: {', '.join(map(str, paths))}")

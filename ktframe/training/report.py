@@ -28,6 +28,7 @@ from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
 
 SUMMARY = "summary.json"
+CONFIG = "config.yaml"
 EVAL = Path("eval", "eval.json")
 OUTPUTS = ("report.json", "report.md", "report.png")
 
@@ -154,10 +155,27 @@ def _eval_row(key: Key, curves: list[list[float]]) -> dict[str, Any]:
     }
 
 
-def build_report(root: Path) -> dict[str, Any]:
-    """The report of every run below ``root``; every file is read and checked before anything is
-    written, so that a broken one stops the report with nothing behind."""
-    runs = find_runs(root)
+def _setting(run: Path, keys: list[str]) -> tuple:
+    """The values of the dotted config ``keys`` in a run's config.yaml."""
+    import yaml
+
+    path = run / CONFIG
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot be read ({exc}); expected the config.yaml that ktframe fit writes in a run folder, to group by") from None
+    values = []
+    for key in keys:
+        node = config
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise InputError(f"{path}: the config has no key {key}; expected --by keys of the runs' config, e.g. optim.loss_lambda,data.d")
+            node = node[part]
+        values.append(node)
+    return tuple(values)
+
+
+def _aggregate(root: Path, runs: list[Path]) -> dict[str, Any]:
     metrics = [_run_metrics(run / SUMMARY) for run in runs]
     curves = [(run / EVAL, _run_curves(run / EVAL)) for run in runs if (run / EVAL).is_file()]
     return {
@@ -166,6 +184,21 @@ def build_report(root: Path) -> dict[str, Any]:
         "metrics": _aggregate_metrics(metrics),
         "eval": _aggregate_eval(curves),
     }
+
+
+def build_report(root: Path, by: list[str] | None = None) -> dict[str, Any]:
+    """The report of every run below ``root`` and, with ``by`` (dotted config keys), of each group
+    of runs that share those keys' values (a sweep's settings, its seeds pooled); every file is read
+    and checked before anything is written, so that a broken one stops the report with nothing behind."""
+    runs = find_runs(root)
+    report = _aggregate(root, runs)
+    if by:
+        groups: dict[tuple, list[Path]] = {}
+        for run in runs:
+            groups.setdefault(_setting(run, by), []).append(run)
+        report["by"] = by
+        report["groups"] = [{"setting": dict(zip(by, key)), **_aggregate(root, groups[key])} for key in sorted(groups, key=lambda key: [str(v) for v in key])]
+    return report
 
 
 def _interval(ci95: list[float] | None) -> str:
@@ -196,7 +229,35 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         ]
     else:
         lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
+    if report.get("groups"):
+        lines += _group_tables(report)
     return "\n".join(lines)
+
+
+def _group_tables(report: dict[str, Any]) -> list[str]:
+    """One row per group: its setting, its runs, each final metric (and each evaluated method at
+    the last step) as mean ± std over the group's runs."""
+    by, groups = report["by"], report["groups"]
+    cell = lambda s: f"{s['mean']:.4f} ± {s['std']:.4f}" if s else "—"  # noqa: E731
+    names = list(report["metrics"])
+    lines = [
+        "",
+        f"## By {', '.join(by)}: final validation metrics",
+        "",
+        "| " + " | ".join([*by, "runs", *names]) + " |",
+        "|" + "---|" * (len(by) + 1 + len(names)),
+    ]
+    for group in groups:
+        values = [str(group["setting"][key]) for key in by]
+        lines.append("| " + " | ".join([*values, str(group["runs"]), *(cell(group["metrics"].get(name)) for name in names)]) + " |")
+    rows = [(group, row) for group in groups for row in group["eval"]]
+    if rows:
+        lines += ["", f"## By {', '.join(by)}: evaluation at the last step", "", "| " + " | ".join([*by, "init", "n", "method", "mean ± std", "runs"]) + " |"]
+        lines.append("|" + "---|" * (len(by) + 5))
+        for group, row in rows:
+            values = [str(group["setting"][key]) for key in by]
+            lines.append("| " + " | ".join([*values, row["init"], str(row["n"]), row["method"], cell(row), str(row["runs"])]) + " |")
+    return lines
 
 
 def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
