@@ -18,7 +18,8 @@ import torch
 
 from ktframe.transformer.result import ClusteringResult
 
-_BLOCK_ELEMENTS = 1 << 20
+# Numbers in one block of a blocked pass (here and on the fast path): a block stays in cache.
+BLOCK_ELEMENTS = 1 << 20
 
 
 def sqdist(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
@@ -27,7 +28,7 @@ def sqdist(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     summed over its last axis is 4–10× slower on CPU)."""
     B, n, d = X.shape
     k = C.shape[1]
-    step = max(1, _BLOCK_ELEMENTS // max(1, k * B))
+    step = max(1, BLOCK_ELEMENTS // max(1, k * B))
     out = X.new_zeros(B, n, k)
     for i in range(0, n, step):
         block = out[:, i : i + step]

@@ -133,16 +133,15 @@ def sweep(
     generator = torch.Generator().manual_seed(seed)
     for k in chosen.k:
         for d in chosen.d:
+            models = {gamma: _model(variant, d, k, gamma, dtype) for gamma in chosen.gamma}  # the same for every n
             for n in chosen.n:
                 if n < k:
                     raise InputError(f"the grid holds n={n} below k={k}; expected every n >= every k")
-                models = {gamma: _model(variant, d, k, gamma, dtype) for gamma in chosen.gamma}
                 step = max(1, BATCH_NUMBERS // (n * d))
                 for start in range(0, len(chosen.scale), step):
                     scales = chosen.scale[start : start + step]
                     for gamma, model in models.items():
-                        X = torch.cat([tasks(1, n, d, k, scale, generator, dtype)[0] for scale in scales])
-                        C0 = X[:, :k].clone()
+                        X, C0 = (torch.cat(parts) for parts in zip(*(tasks(1, n, d, k, scale, generator, dtype) for scale in scales)))
                         with torch.no_grad():
                             ours = lloyd.objective(X.double(), model(X, C0, n_steps=STEPS).centers.double())
                             theirs = lloyd.objective(X.double(), lloyd.lloyd(X, C0, STEPS).centers.double())

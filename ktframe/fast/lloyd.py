@@ -17,11 +17,9 @@ from __future__ import annotations
 import torch
 
 from ktframe.clustering import reference
+from ktframe.clustering.reference import BLOCK_ELEMENTS
 from ktframe.fast import kernels
 from ktframe.transformer.result import ClusteringResult
-
-# Numbers in one block of a blocked pass: a block stays in cache.
-_BLOCK_ELEMENTS = 1 << 20
 
 
 def _exact_split(points: torch.Tensor, C: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
@@ -29,7 +27,7 @@ def _exact_split(points: torch.Tensor, C: torch.Tensor, task: torch.Tensor) -> t
     points ``(u, d)``, each among the centers ``C[task]`` of its own task, from the exact
     differences in float64, in blocks whose distances stay in cache."""
     k, d = C.shape[1:]
-    step = max(1, _BLOCK_ELEMENTS // (k * d))
+    step = max(1, BLOCK_ELEMENTS // (k * d))
     rows = [reference.assign(points[i : i + step, None].double(), C[task[i : i + step]].double()).squeeze(1) for i in range(0, len(points), step)]
     return torch.cat(rows).to(points.dtype)
 
@@ -51,7 +49,7 @@ def inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     """``(B,)``: Σ‖x − c[label]‖² in one O(n·d) pass over the points and their labels' centers,
     block by block (no second copy of the data)."""
     B, n, d = X.shape
-    step = max(1, _BLOCK_ELEMENTS // (B * d))
+    step = max(1, BLOCK_ELEMENTS // (B * d))
     total = X.new_zeros(B)
     for i in range(0, n, step):
         chosen = C.gather(1, labels[:, i : i + step, None].expand(-1, -1, d))
@@ -89,15 +87,6 @@ def _assignments(index: torch.Tensor, undecided: tuple | None, k: int, dtype: to
         task, row, split = undecided
         A[task, row] = split
     return A
-
-
-def lloyd_step(X: torch.Tensor, C: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One Lloyd iteration: ``(assignments (B, n, k), new centers)`` as
-    :func:`ktframe.clustering.reference.lloyd_step` gives them; an emptied center stays."""
-    if not kernels.usable(X, C):
-        return reference.lloyd_step(X, C)
-    centers, index, undecided = _step(X, C)
-    return _assignments(index, undecided, C.shape[1], X.dtype), centers
 
 
 def lloyd(X: torch.Tensor, C0: torch.Tensor, n_iter: int) -> ClusteringResult:

@@ -11,8 +11,7 @@ import math
 
 import torch
 
-# Numbers in one block of a blocked pass: a block stays in cache.
-_BLOCK_ELEMENTS = 1 << 20
+from ktframe.clustering.reference import BLOCK_ELEMENTS
 
 
 def _candidate_sqdist(X: torch.Tensor, sq_norms: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -62,7 +61,7 @@ def kmeans_plusplus(
     batch = torch.arange(B, device=X.device)
     first = torch.randint(n, (B,), generator=generator, device=X.device)
     chosen = [first]
-    step = max(1, _BLOCK_ELEMENTS // max(1, B * d))  # by blocks: no (B, n, d) temporary
+    step = max(1, BLOCK_ELEMENTS // max(1, B * d))  # by blocks: no (B, n, d) temporary
     sq_norms = torch.cat([X[:, i : i + step].square().sum(dim=-1) for i in range(0, n, step)], dim=1)  # (B, n)
     closest = _settle(_candidate_sqdist(X, sq_norms, first.unsqueeze(1)).squeeze(-1), sq_norms, first, d)
     buffer = X.new_empty(B, n, trials)  # reused: a fresh (B, n, t) array every step costs its page faults

@@ -11,6 +11,7 @@ from torch import nn
 
 from ktframe.components.maps import AttentionMap
 from ktframe.components.scores import Score
+from ktframe.errors import InputError
 from ktframe.plugin.manager import registry
 from ktframe.transformer.model import AttentionHead, Layer, Linear, Select
 
@@ -93,6 +94,16 @@ def assignment_head(
     choose, g = assignment_map(gamma)
     score = registry().get("score", "euclidean")() if score is None else score
     return fixed_head(width, q=xs, k=xs, v=ys, score=score, attention_map=choose, gamma=g, norm=qk_norm, normed="qk" if qk_norm else "")
+
+
+RESETS = ("attention", "identity")
+
+
+def check_reset(reset: str) -> str:
+    """A variant's ``reset`` option: the resets as attention, or in their identity mode."""
+    if reset not in RESETS:
+        raise InputError(f"reset must be one of {', '.join(RESETS)}; got {reset!r}")
+    return reset
 
 
 def reset_head(width: int, on: Sequence[int], erase: Sequence[int], *, identity: bool = False) -> AttentionHead:

@@ -22,11 +22,10 @@ from ktframe.errors import InputError
 from ktframe.fast import accelerate
 from ktframe.plugin.manager import registry
 from ktframe.plugin.variant import Variant, exact_tolerance
-from ktframe.transformer.construction import coords, fixed_head
+from ktframe.transformer.construction import check_reset, coords, fixed_head
 from ktframe.transformer.model import KMeansTransformer, Layer
 
 CENTER_UPDATES = ("linear", "argmax")
-RESETS = ("attention", "identity")
 
 
 def build(
@@ -46,8 +45,7 @@ def build(
     not be exact."""
     if center_update not in CENTER_UPDATES:
         raise InputError(f"center_update must be one of {', '.join(CENTER_UPDATES)}; got {center_update!r}")
-    if reset not in RESETS:
-        raise InputError(f"reset must be one of {', '.join(RESETS)}; got {reset!r}")
+    check_reset(reset)
     hard = math.isinf(gamma)
     if reset == "identity" and not hard:
         raise InputError(f"reset='identity' is exact only in the hard limit; use gamma=inf (got gamma={gamma:g}) or reset='attention'")

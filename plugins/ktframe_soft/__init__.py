@@ -16,24 +16,19 @@ import torch
 
 from ktframe import hookimpl
 from ktframe.clustering import reference
-from ktframe.errors import InputError
 from ktframe.fast import accelerate
 from ktframe.plugin.manager import registry
 from ktframe.plugin.variant import Tolerance, Variant
-from ktframe.transformer.construction import coords, lloyd_family_layer, mean_head, stack
+from ktframe.transformer.construction import check_reset, coords, lloyd_family_layer, mean_head, stack
 from ktframe.transformer.model import KMeansTransformer
 
 GAMMA = 100.0
 
 
-RESETS = ("attention", "identity")
-
-
 def build(*, d: int, k: int, n_layers: int, gamma: float = GAMMA, reset: str = "attention", share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     """``reset="identity"`` computes the two resets as the identity they are (exact at any gamma:
     they are hard arg-maxes of each token over itself), O(n) instead of O(n²) for the points."""
-    if reset not in RESETS:
-        raise InputError(f"reset must be one of {', '.join(RESETS)}; got {reset!r}")
+    check_reset(reset)
     width, xs, ys = d + k, coords(0, d), coords(d, d + k)
     identity = reset == "identity"
     make_layer = lambda: lloyd_family_layer(width, xs, ys, gamma=gamma, center_cross=mean_head(width, xs, ys), identity_resets=identity)  # noqa: E731
