@@ -346,6 +346,19 @@ def test_max_iter_is_the_default_and_n_layers_an_alias() -> None:
         TransformerKMeans(3, max_iter=0).fit(points)
 
 
+def test_a_refit_reuses_the_model_only_while_its_settings_stay() -> None:
+    estimator = TransformerKMeans(3, init="random", random_state=0, max_iter=5)
+    first = estimator.fit(X).cluster_centers_.copy()
+    model = estimator._built[1]
+    np.testing.assert_array_equal(estimator.fit(X).cluster_centers_, first)  # the same model, the same result
+    assert estimator._built[1] is model
+    estimator.set_params(n_clusters=4).fit(X)
+    assert estimator._built[1] is not model and estimator.cluster_centers_.shape == (4, 2)
+    estimator.set_params(n_clusters=3, gamma=10.0).fit(X)
+    assert estimator._built[1].k == 3 and estimator._built[0][4] == 10.0
+    assert clone(estimator).__dict__.get("_built") is None  # a clone starts from its parameters alone
+
+
 # --- many tasks at once -----------------------------------------------------------------------
 
 

@@ -201,6 +201,23 @@ class TransformerKMeans:
             options.setdefault("reset", "identity")
         return options
 
+    def _model(self, d: int, k: int, steps: int, dtype: torch.dtype) -> torch.nn.Module:
+        """The variant's model for this fit. The last one built is kept and used again while its
+        settings stay the same (refits, as in a search over data, a bootstrap or a stream of
+        batches): building a model of ten hand-built layers costs about as much as running one of
+        them on a thousand small tasks. A variant's model returns the same result every time it is
+        run on the same input (the ``determinism`` check of :mod:`ktframe.plugin.testing`), so
+        reuse changes no result."""
+        from ktframe.plugin.variant import build_model
+
+        options = self._model_options()
+        key = (self.variant, d, k, steps, self.gamma, dtype, repr(sorted(options.items())))
+        cached = vars(self).get("_built")
+        if cached is None or cached[0] != key:
+            model = build_model(self.variant, d=d, k=k, n_layers=steps, gamma=self.gamma, dtype=dtype, **options)
+            self._built = cached = (key, model)
+        return cached[1]
+
     def _initial_centers(self, X: torch.Tensor, k: int, generator: torch.Generator, batched: bool) -> torch.Tensor:
         B, _, d = X.shape
         shape, text = ((B, k, d), "(n_tasks, n_clusters, n_features)") if batched else ((k, d), "(n_clusters, n_features)")
@@ -247,8 +264,6 @@ class TransformerKMeans:
         return tensor, batched
 
     def fit(self, X: Any, y: Any = None) -> TransformerKMeans:
-        from ktframe.plugin.variant import build_model
-
         tensor, batched = self._check_X(X, fitted=False)
         k = check_positive_int(self.n_clusters, "the number of clusters k")
         if k > tensor.shape[1]:  # n_samples=..., as scikit-learn words it
@@ -259,7 +274,7 @@ class TransformerKMeans:
         steps = check_positive_int(self.max_iter if self.n_layers is None else self.n_layers, "max_iter" if self.n_layers is None else "n_layers")
         generator = _generator(self.random_state, tensor.device)
         C0 = self._initial_centers(tensor, k, generator, batched)
-        model = build_model(self.variant, d=tensor.shape[-1], k=k, n_layers=steps, gamma=self.gamma, dtype=tensor.dtype, **self._model_options())
+        model = self._model(tensor.shape[-1], k, steps, tensor.dtype)
         with torch.no_grad():
             result = model(tensor, C0, n_steps=steps)
             centers = result.centers

@@ -115,38 +115,89 @@ def _slack(squares, reach, bounds):
     return bounds[0] * size if size < bounds[2] else np.inf
 
 
+# A tile's running top two per query: its best logit, its runner-up and the column of its best,
+# in two sets of buffers (best, runner, column) that the keys alternate between, `even` keys
+# reading the first set and storing into the second, odd keys the other way round (see _rank).
+# The sets are passed as separate arrays: numba's parallel loops reject tuples of arrays that
+# are swapped, and a stacked (2, …) array does not vectorise.
+
+
 @njit(inline="always", cache=True, nogil=True)
-def _decide(logits, rows, squares, reach, bounds, floor, spare, margin, hits, columns):
-    # For the key-major logits (n, ≥ rows) of a tile's queries: margin[i], query i's _slack;
-    # hits[i], the number of keys within it of the query's maximum (0 where it is inf: only
-    # then can a logit be NaN, since a NaN comes from an input that is not finite or from an
-    # overflow); and columns[i], the sum of their columns. Every step runs across the tile's
-    # queries, so it vectorises (a reduction over one query's keys would need fast-math).
-    # The counts are int32, as wide as a float32 logit: one vector of compares fills one of
-    # counts. (A column sum may wrap with thousands of keys, but it is read only with one hit.)
-    # Every step stores each entry unconditionally: LLVM compiles "best[i] = x if x > best[i]
-    # else best[i]" to a masked store, which AMD CPUs run as microcode, several times slower than
-    # plain stores. So the running maximum goes back and forth between floor and spare.
-    n = logits.shape[0]
-    best, other = floor, spare
+def _first(x, rows, best, runner, column):
+    # Key 0's logits x (≥ rows) of a tile's queries start each query's running top two.
     for i in range(rows):
-        best[i] = logits[0, i]
-    for j in range(1, n):
-        for i in range(rows):
-            x, y = logits[j, i], best[i]
-            other[i] = x if x > y else y
-        best, other = other, best
+        best[i] = x[i]
+        runner[i] = -np.inf
+        column[i] = 0
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _rank(x, j, rows, best, runner, column, best_to, runner_to, column_to):
+    # Key j's logits x into each query's running top two, read from the first set of buffers and
+    # stored into the second. Every step stores each entry unconditionally, into other buffers:
+    # LLVM compiles "best[i] = x if x > best[i] else best[i]" to a masked store, which AMD CPUs
+    # run as microcode, several times slower than plain stores. A NaN (x > y false) changes
+    # nothing; it can only come where the margin is inf (see _verdict), which decides nothing.
+    key = np.int32(j)
+    for i in range(rows):
+        y, z, w = x[i], best[i], runner[i]
+        above = y > z
+        best_to[i] = y if above else z
+        runner_to[i] = z if above else (y if y > w else w)
+        column_to[i] = key if above else column[i]
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _next(x, j, rows, top):
+    # Key j ≥ 0 into the running top two, top = (best, runner, column) × 2 (see above).
+    if j == 0:
+        _first(x, rows, top[0], top[1], top[2])
+    elif j % 2:
+        _rank(x, j, rows, top[0], top[1], top[2], top[3], top[4], top[5])
+    else:
+        _rank(x, j, rows, top[3], top[4], top[5], top[0], top[1], top[2])
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _verdict(best, runner, column, rows, squares, reach, bounds, margin, hits, columns):
+    # From each query's top two: margin[i], its _slack; hits[i], 1 where the best key wins by
+    # more than that (its runner-up falls below best − margin: the best is then the one key
+    # within the margin of the maximum), 2 where a rival comes within it, and 0 where the margin
+    # is inf (only then can a logit be NaN, since a NaN comes from an input that is not finite or
+    # from an overflow); columns[i], the best key. Each step runs across the tile's queries, so
+    # it vectorises.
     for i in range(rows):
         margin[i] = _slack(squares[i], reach, bounds)
-    for i in range(rows):  # a NaN floor, which no key reaches, where the margin is inf
-        floor[i] = best[i] - margin[i] if margin[i] < np.inf else np.nan
     for i in range(rows):
-        hits[i] = columns[i] = 0
+        close = np.int32(2) if runner[i] >= best[i] - margin[i] else np.int32(1)
+        hits[i] = close if margin[i] < np.inf else np.int32(0)
+        columns[i] = column[i]
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _conclude(n, rows, top, squares, reach, bounds, margin, hits, columns):
+    # _verdict from the set of buffers that the last of n keys stored into.
+    if n % 2:
+        _verdict(top[0], top[1], top[2], rows, squares, reach, bounds, margin, hits, columns)
+    else:
+        _verdict(top[3], top[4], top[5], rows, squares, reach, bounds, margin, hits, columns)
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _top_buffers(chunk, dtype):
+    # The two sets of running top-two buffers for a tile of `chunk` queries.
+    f, i = np.empty, np.int32
+    return f(chunk, dtype), f(chunk, dtype), f(chunk, i), f(chunk, dtype), f(chunk, dtype), f(chunk, i)
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _decide(logits, rows, squares, reach, bounds, top, margin, hits, columns):
+    # For the key-major logits (n, ≥ rows) of a tile's queries: one pass that keeps each query's
+    # top two, then _verdict.
+    n = logits.shape[0]
     for j in range(n):
-        for i in range(rows):
-            hit = logits[j, i] >= floor[i]
-            hits[i] += np.int32(hit)
-            columns[i] += np.int32(j) if hit else np.int32(0)
+        _next(logits[j], j, rows, top)
+    _conclude(n, rows, top, squares, reach, bounds, margin, hits, columns)
 
 
 @njit(cache=True, nogil=True)
@@ -195,14 +246,17 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
     tasks, n, f = u(index.shape[0]), u(segments), u(sums.shape[0] // max(1, sizes.shape[0]))
     width = out_strides[2]
     undecided = 0
+    row = index[b, lo : lo + rows]
+    for r in range(rows):  # a pass of selects, which vectorises; the per-winner work follows
+        won = hits[r] == 1
+        row[r] = columns[r] if won else -1
+        undecided += np.int64(not won)
+    if not (f or width):
+        return undecided
     for r in range(rows):
-        i = lo + r
         if hits[r] != 1:
-            index[b, i] = -1
-            undecided += 1
             continue
-        j = columns[r]
-        index[b, i] = j
+        i, j = lo + r, columns[r]
         if f:
             segment = (u(part) * tasks + u(b)) * n + u(j)
             sizes[segment] += 1
@@ -251,9 +305,8 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
         reach = 0.0
         task = -1
         scaled = np.empty((d, chunk), q.dtype)  # a tile's queries times a, coordinate-major
-        logits = np.empty((n, chunk), q.dtype)
-        floor = np.empty(chunk, q.dtype)
-        spare = np.empty(chunk, q.dtype)
+        logit = np.empty(chunk, q.dtype)  # one key's logits of the tile's queries
+        top = _top_buffers(chunk, q.dtype)
         squares = np.empty(chunk)
         margin = np.empty(chunk)
         hits = np.empty(chunk, np.int32)
@@ -271,14 +324,16 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
                     x = a * q[b, lo + i, c]
                     scaled[c, i] = x
                     squares[i] += np.float64(x) * np.float64(x)
+            # Key by key, each key's logits ranked while they are in cache (as _decide does).
             for j in range(n):
                 for i in range(rows):
-                    logits[j, i] = bias[j]
+                    logit[i] = bias[j]
                 for c in range(d):
                     w = keys[b, j, c]
                     for i in range(rows):
-                        logits[j, i] += scaled[c, i] * w
-            _decide(logits, rows, squares, reach, bounds, floor, spare, margin, hits, columns)
+                        logit[i] += scaled[c, i] * w
+                _next(logit, j, rows, top)
+            _conclude(n, rows, top, squares, reach, bounds, margin, hits, columns)
             for i in range(rows):
                 if exact[3] and hits[i] > 1 and margin[i] < np.inf:
                     columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
@@ -304,8 +359,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, sk
         part = worker if parts > 1 else 0
         whole = np.empty((d + 1, chunk), q.dtype)  # a tile of queries times a, as BLAS wants it
         squares = np.empty(chunk)
-        floor = np.empty(chunk, q.dtype)
-        spare = np.empty(chunk, q.dtype)
+        top = _top_buffers(chunk, q.dtype)
         margin = np.empty(chunk)
         hits = np.empty(chunk, np.int32)
         columns = np.empty(chunk, np.int32)
@@ -324,7 +378,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, sk
                 squares[i] = total
                 tile[d, i] = 1
             logits = np.dot(keys[b], tile)
-            _decide(logits, rows, squares, reach[b], bounds, floor, spare, margin, hits, columns)
+            _decide(logits, rows, squares, reach[b], bounds, top, margin, hits, columns)
             for i in range(rows):
                 if exact[3] and hits[i] > 1 and margin[i] < np.inf:
                     start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
