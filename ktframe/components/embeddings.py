@@ -7,14 +7,20 @@ carry the center and its index.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 from ktframe.plugin.hookspecs import Register, hookimpl
 
 
 class Embedding:
-    """Base class. ``d`` data coordinates always come first in every token."""
+    """Base class. ``d`` data coordinates always come first in every token.
+
+    ``any_k``: whether it embeds any number of centers from 1 up to the model's ``k`` (True), or
+    exactly ``k`` (False, the paper's models): a model whose embedding takes any k clusters tasks
+    of any k up to the one it was built for."""
 
     description = ""
+    any_k = False
 
     def width(self, d: int, k: int) -> int:
         raise NotImplementedError
@@ -73,6 +79,58 @@ class OneHot(Embedding):
 
     def assignment_slot(self, d, k):
         return slice(d, d + k)
+
+
+class SlotIndex(nn.Module, Embedding):
+    """Any number k' ≤ ``k_max`` of centers: ``[x; assignment (k_max); 0]`` and
+    ``[c; e_slot; k'/k_max]`` (width d + k_max + 1), or without the last coordinate when
+    ``k_feature=False`` (width d + k_max, as :class:`OneHot` for k_max).
+
+    Each center gets the one-hot index of a slot of its own among ``k_max``: while training
+    (``self.training``, which the model passes down), k' slots drawn at random per task, so that
+    no slot is used more than another whatever k' the tasks have (a model trained on slots
+    0..k'−1 would learn the high slots from large k alone); otherwise slots 0..k'−1, so an
+    evaluation is deterministic. The last coordinate gives the center tokens the number of
+    clusters of their task. The assignment slot is in slot order, not center order, so the
+    assignments read back are the nearest final centers' (``read_assignments`` gives None).
+    A module (with no parameters) so that it follows the model's train / eval mode; it draws from
+    torch's global generator, which ``ktframe fit`` seeds at every step."""
+
+    description = "[x; assignment] and [c; one-hot slot; k'/k_max] for any k' <= k_max clusters (width d + k_max + 1)"
+    any_k = True
+
+    def __init__(self, k_max: int, *, k_feature: bool = True) -> None:
+        super().__init__()
+        self.k_max, self.k_feature = k_max, k_feature
+
+    def width(self, d, k):
+        return d + k + int(self.k_feature)
+
+    def points(self, X, k):
+        return data_tokens(X, self.width(X.shape[-1], k))
+
+    def slots(self, B: int, k: int, device: torch.device) -> torch.Tensor:
+        """``(B, k)``: the slot of every center of every task."""
+        if self.training:
+            return torch.rand(B, self.k_max).argsort(dim=1)[:, :k].to(device)
+        return torch.arange(k, device=device).expand(B, k)
+
+    def centers(self, C):
+        B, k, d = C.shape
+        tokens = data_tokens(C, self.width(d, self.k_max))
+        tokens[..., d : d + self.k_max].scatter_(-1, self.slots(B, k, C.device).unsqueeze(-1), 1.0)
+        if self.k_feature:
+            tokens[..., -1] = k / self.k_max
+        return tokens
+
+    def assignment_slot(self, d, k):
+        return slice(d, d + k)
+
+    def read_assignments(self, point_tokens, d, k):
+        return None
+
+    def extra_repr(self) -> str:
+        return f"k_max={self.k_max}, k_feature={self.k_feature}"
 
 
 class NoIndex(Embedding):

@@ -526,7 +526,7 @@ class FastKMeansTransformer(KMeansTransformer):
         its result is the same. ``skip_settled=False`` runs every step on every task. The
         result's ``n_iter`` counts, for each task, the steps up to the first that left it as it was.
         """
-        X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype)
+        X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype, any_k=self.embedding.any_k)
         steps = self.n_layers if n_steps is None else n_steps
         points, centers = self.embedding.points(X, self.k), self.embedding.centers(C0)
         trajectory = [C0]  # copies: without autograd the streams are updated in place

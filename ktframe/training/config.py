@@ -48,6 +48,8 @@ class DataConfig:
     seed: int = key(II("trainer.seed"), "seed of the training tasks (each rank and worker draws its own stream); default: trainer.seed")
     val_seed: int = key(20260, "seed of the fixed validation tasks")
     num_workers: int = key(0, "dataloader workers drawing training tasks")
+    k_range: Optional[list] = key(None, "[lo, hi]: each training step draws its tasks' k from lo..hi, the model built for any k up to hi; null: data.k")
+    n_range: Optional[list] = key(None, "[lo, hi]: each training step draws its tasks' n from lo..hi; null: data.n")
 
 
 @dataclass
@@ -113,6 +115,8 @@ class EvalConfig:
     inits: list = key(help="initial centers: initialiser names", factory=lambda: ["random", "kmeans++"])
     ns: list = key(help="points per task, one setting each", factory=lambda: [128, 256, 512, 1024, 2048])
     family: Optional[str] = key(None, "noise family; null: the training family")
+    ks: Optional[list] = key(None, "clusters per task, one setting each (a model trained for any k: each up to its maximum); null: data.k")
+    baselines: list = key(help="more methods, final objective only: breathing-kmeans (bkmeans package), best-of-10 (scikit-learn, n_init=10)", factory=list)
     batch_size: int = key(32, "tasks per batch")
     after_fit: bool = key(False, "evaluate the best checkpoint when training ends (run folder's eval/, and W&B)")
 
@@ -335,6 +339,30 @@ def check_values(cfg: DictConfig) -> None:
         raise _value_error("eval.inits", [], "a non-empty list of initialiser names")
     if not cfg.eval.ns or not all(type(n) is int and n >= 1 for n in cfg.eval.ns):
         raise _value_error("eval.ns", list(cfg.eval.ns), "a non-empty list of integers >= 1")
+    if cfg.eval.ks is not None and not (cfg.eval.ks and all(type(k) is int and k >= 1 for k in cfg.eval.ks)):
+        raise _value_error("eval.ks", list(cfg.eval.ks), "null or a non-empty list of integers >= 1")
+    for name in ("k_range", "n_range"):
+        _check_range(cfg, name)
+
+
+def _check_range(cfg: DictConfig, name: str) -> None:
+    """``data.k_range`` / ``data.n_range``: null or ``[lo, hi]``, integers with 1 <= lo <= hi; the
+    tasks of every step must have at least as many points as clusters, and the validation's
+    ``data.k`` must be one the model takes."""
+    span = cfg.data[name]
+    if span is None:
+        return
+    span = list(span)
+    if len(span) != 2 or not all(type(v) is int for v in span) or not 1 <= span[0] <= span[1]:
+        raise _value_error(f"data.{name}", span, "null or [lo, hi], integers with 1 <= lo <= hi")
+    ks = list(cfg.data.k_range) if cfg.data.k_range is not None else [cfg.data.k, cfg.data.k]
+    ns = list(cfg.data.n_range) if cfg.data.n_range is not None else [cfg.data.n, cfg.data.n]
+    if ks[1] > ns[0]:
+        raise InputError(
+            f"a training task may have k={ks[1]} clusters but only n={ns[0]} points; expected the largest k (data.k_range, data.k) <= the smallest n (data.n_range, data.n)"
+        )
+    if name == "k_range" and not ks[0] <= cfg.data.k <= ks[1]:
+        raise InputError(f"config key 'data.k'={cfg.data.k} (the validation tasks' k) lies outside data.k_range={ks}; expected lo <= data.k <= hi")
 
 
 def _type_error(exc: OmegaConfBaseException) -> str:

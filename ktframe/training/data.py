@@ -15,11 +15,25 @@ from ktframe.plugin.manager import registry
 from ktframe.training.seeds import TASKS, step_seed
 
 
-def draw(cfg, batch: int, generator: torch.Generator, *, n: int | None = None, family: str | None = None, init: str | None = None):
+def draw(cfg, batch: int, generator: torch.Generator, *, n: int | None = None, k: int | None = None, family: str | None = None, init: str | None = None):
     """``(X, C0, labels)`` for ``batch`` tasks of the data config ``cfg``."""
-    X, labels = mixture(batch, n or cfg.n, cfg.d, cfg.k, family=family or cfg.family, std=cfg.std, generator=generator)
-    C0 = registry().get("initializer", init or cfg.init)(X, cfg.k, generator)
+    k = k or cfg.k
+    X, labels = mixture(batch, n or cfg.n, cfg.d, k, family=family or cfg.family, std=cfg.std, generator=generator)
+    C0 = registry().get("initializer", init or cfg.init)(X, k, generator)
     return X, C0, labels
+
+
+def _pick(span, generator: torch.Generator) -> int | None:
+    """A number drawn uniformly from ``span = [lo, hi]``, or None where there is no span."""
+    return None if span is None else int(torch.randint(span[0], span[1] + 1, (), generator=generator))
+
+
+def draw_step(cfg, generator: torch.Generator):
+    """One training step's batch: its k and n drawn first from ``data.k_range`` / ``data.n_range``
+    where they are set (one k and one n for all the tasks of a step, so that a batch is one
+    tensor), then its tasks. Without ranges the generator draws exactly what :func:`draw` does."""
+    k, n = _pick(cfg.k_range, generator), _pick(cfg.n_range, generator)
+    return draw(cfg, cfg.batch_size, generator, n=n, k=k)
 
 
 class TaskStream(IterableDataset):
@@ -35,7 +49,7 @@ class TaskStream(IterableDataset):
         worker_id, workers = (worker.id, worker.num_workers) if worker is not None else (0, 1)
         # The DataLoader takes one batch from each worker in turn: worker w makes steps w, w + workers, ...
         for step in itertools.count(self.start_step + worker_id, workers):
-            yield draw(self.cfg, self.cfg.batch_size, torch.Generator().manual_seed(step_seed(self.cfg.seed, self.rank, step, TASKS)))
+            yield draw_step(self.cfg, torch.Generator().manual_seed(step_seed(self.cfg.seed, self.rank, step, TASKS)))
 
 
 class UnpaddedShards(DistributedSampler):

@@ -8,6 +8,7 @@ import lightning as L
 import torch
 from torchmetrics import MetricCollection
 
+from ktframe.errors import InputError
 from ktframe.plugin.variant import build_model
 from ktframe.training.loss import softmin_bound
 from ktframe.training.metrics import AdjustedRand, KMeansObjective, MeanLogObjective, NormalizedMutualInfo, RatioToLloyd
@@ -23,7 +24,12 @@ def model_from_config(cfg: dict) -> torch.nn.Module:
     data, model = cfg["data"], cfg["model"]
     learned = model["variant"] == "learned"
     options = {**({key: model[key] for key in _MODEL_OPTIONS} if learned else {}), **(model.get("options") or {})}
-    built = build_model(model["variant"], d=data["d"], k=data["k"], n_layers=model["n_layers"], gamma=model["gamma"], **options)
+    k_range = data.get("k_range")  # tasks of many k: a model for every k up to the largest
+    built = build_model(model["variant"], d=data["d"], k=k_range[1] if k_range else data["k"], n_layers=model["n_layers"], gamma=model["gamma"], **options)
+    if k_range and not built.embedding.any_k:
+        raise InputError(
+            f"data.k_range={list(k_range)} trains on tasks of many k, but variant {model['variant']!r} with these options is built for one k; expected model.options.any_k=true (or data.k_range=null)"
+        )
     return built if learned else learnable(built)
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+from ktframe.components.embeddings import SlotIndex
+from ktframe.errors import InputError
 from ktframe.fast import accelerate
 from ktframe.plugin.hookspecs import RegisterVariant, hookimpl
 from ktframe.plugin.variant import Tolerance, Variant
@@ -31,13 +33,19 @@ def build(
     scale: float | None = None,
     dropout: float = 0.01,
     share_weights: bool = True,
+    any_k: bool = False,
     fast: bool = True,
 ) -> KMeansTransformer:
-    """``scale=None`` is 1/√d_emb. With ``share_weights`` one layer serves every step."""
+    """``scale=None`` is 1/√d_emb. With ``share_weights`` one layer serves every step.
+    ``any_k``: one model for every number of clusters from 1 to ``k``, its center tokens
+    :class:`~ktframe.components.embeddings.SlotIndex` (one-hot slots drawn per task while
+    training, and the task's k as a coordinate); it extends the one-hot embedding."""
     from ktframe.plugin.manager import registry
 
     reg = registry()
-    embed = reg.get("embedding", embedding)()
+    if any_k and embedding != "onehot":
+        raise InputError(f"any_k=True extends the one-hot index embedding; got embedding={embedding!r}, expected embedding='onehot'")
+    embed = SlotIndex(k) if any_k else reg.get("embedding", embedding)()
     width = embed.width(d, k)
     scale = 1.0 / math.sqrt(width) if scale is None else scale
     make_score, make_map, make_norm = reg.get("score", score), reg.get("map", attention_map), reg.get("norm", norm)

@@ -269,7 +269,7 @@ class KMeansTransformer(nn.Module):
         that same layer without re-embedding: the task has then converged, as Lloyd's algorithm
         does when its assignments stop changing. Elsewhere it is the number of steps.
         """
-        X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype)
+        X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype, any_k=self.embedding.any_k)
         steps = self.n_layers if n_steps is None else n_steps
         points, centers = self.embedding.points(X, self.k), self.embedding.centers(C0)
         trajectory = [C0]

@@ -18,6 +18,7 @@ import math
 
 from ktframe import hookimpl
 from ktframe.clustering import reference
+from ktframe.components.embeddings import SlotIndex
 from ktframe.errors import InputError
 from ktframe.fast import accelerate
 from ktframe.plugin.manager import registry
@@ -37,9 +38,13 @@ def build(
     center_update: str = "linear",
     reset: str = "attention",
     share_weights: bool = True,
+    any_k: bool = False,
     fast: bool = True,
 ) -> KMeansTransformer:
-    """``reset="identity"`` computes the two self-attentions (the resets) as the identity they are
+    """``any_k``: the same construction over ``k`` index slots clusters tasks of any k' ≤ k
+    (:class:`~ktframe.components.embeddings.SlotIndex` tokens without the k coordinate): the
+    slots a task does not use stay 0 in every token, so it computes Lloyd's iteration as the
+    model built for k' does. ``reset="identity"`` computes the two self-attentions (the resets) as the identity they are
     in the hard limit: O(n) instead of O(n²) for the points, and no k × k arg-max per task for the
     centers, whose index parts ``e_j`` are distinct. It is refused at finite gamma, where it would
     not be exact."""
@@ -53,7 +58,8 @@ def build(
     euclidean = reg.get("score", "euclidean")()
     choose = reg.get("map", "hardmax")() if hard else reg.get("map", "softmax")()
     g = 1.0 if hard else gamma
-    width, xs, ys = d + k, coords(0, d), coords(d, d + k)
+    embedding = SlotIndex(k, k_feature=False) if any_k else reg.get("embedding", "onehot")()
+    width, xs, ys = embedding.width(d, k), coords(0, d), coords(d, d + k)
 
     def make_layer() -> Layer:
         if center_update == "linear":
@@ -70,7 +76,7 @@ def build(
         )
 
     layers = [make_layer()] if share_weights else [make_layer() for _ in range(n_layers)]
-    model = KMeansTransformer(reg.get("embedding", "onehot")(), layers, d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(embedding, layers, d=d, k=k, n_layers=n_layers)
     return accelerate(model) if fast else model
 
 
