@@ -10,6 +10,7 @@ import torch
 
 import ktframe
 from ktframe import fast
+from ktframe.fast import attention  # noqa: F401  (fast.attention, which only training imports otherwise)
 from ktframe.plugin.manager import registry
 from ktframe.transformer import model
 
@@ -213,3 +214,15 @@ def test_the_dropout_attention_reuses_its_buffers_and_never_one_a_live_graph_nee
         if step >= 2:
             seen |= {buffer.data_ptr() for buffer in workspace._buffers}
     assert len(workspace._buffers) <= 3 and len(seen) <= 3
+
+
+def test_the_workspace_lets_go_of_buffers_whose_shape_no_step_asks_for_again():
+    """Tasks whose n changes every step (data.n_range): buffers are held only while in use, not
+    one per shape ever seen."""
+    g = torch.Generator().manual_seed(4)
+    workspace = fast.attention.Workspace()
+    for n in range(20, 60):
+        q, k, v = (torch.randn(2, n, 6, generator=g, requires_grad=True) for _ in range(3))
+        dropped = fast.attention.dropped_positions(torch.Size((2, n, n)), 0.1, g)
+        fast.attention.softmax_dropout_attention(q, k, v, 0.5, 0.1, dropped, workspace).sum().backward()
+        assert len(workspace._buffers) <= 2

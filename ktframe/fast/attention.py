@@ -55,21 +55,26 @@ def dropped_positions(shape: torch.Size, p: float, generator: torch.Generator | 
 class Workspace:
     """Buffers lent for the ``(B, m, n)`` matrices of :class:`SoftmaxDropoutAttention`, again and
     again. A buffer is taken for the length of one call and given back at its end, or held for a
-    graph (the weights its backward reads) until that graph is freed."""
+    graph (the weights its backward reads) until that graph is freed. Where no free buffer has
+    the shape asked for (tasks whose n or k changes from step to step), the free ones are let go
+    before a new one is made: memory stays that of the buffers in use, as without a workspace."""
 
     def __init__(self) -> None:
         self._buffers: list[torch.Tensor] = []
         self._holders: list = []  # per buffer: None (free), True (lent in a call), or a weak reference to the graph node holding it
 
+    def _free(self, i: int) -> bool:
+        holder = self._holders[i]
+        return holder is None or (holder is not True and holder() is None)
+
     def take(self, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         for i, buffer in enumerate(self._buffers):
-            holder = self._holders[i]
-            free = holder is None or (holder is not True and holder() is None)
-            if free and buffer.shape == shape and buffer.dtype == dtype and buffer.device == device:
+            if self._free(i) and buffer.shape == shape and buffer.dtype == dtype and buffer.device == device:
                 self._holders[i] = True
                 return buffer
-        self._buffers.append(torch.empty(shape, dtype=dtype, device=device))
-        self._holders.append(True)
+        kept = [i for i in range(len(self._buffers)) if not self._free(i)]
+        self._buffers = [self._buffers[i] for i in kept] + [torch.empty(shape, dtype=dtype, device=device)]
+        self._holders = [self._holders[i] for i in kept] + [True]
         return self._buffers[-1]
 
     def _index(self, buffer: torch.Tensor) -> int:
