@@ -187,7 +187,7 @@ def test_fit_end_to_end_learns_and_writes_its_run_folder(tmp_path):
     report = json.loads(evaluated.stdout)
     assert set(report["log_objective"]) == {"model", "lloyd", "kmeans++", "greedy-kmeans++"}
     assert all(len(values) == 6 and all(math.isfinite(v) for v in values) for values in report["log_objective"].values())
-    assert report["primary"] == {"init": "random", "n": 32}  # the training n, the first init
+    assert report["primary"] == {"init": "random", "n": 32, "k": 3}  # the training n and k, the first init
     assert [(s["init"], s["n"]) for s in report["settings"]] == [("random", 16), ("random", 32), ("kmeans++", 16), ("kmeans++", 32)]
     # Lloyd never increases the objective; the model and Lloyd share their start.
     lloyd = report["log_objective"]["lloyd"]

@@ -192,11 +192,11 @@ def test_offline_wandb_run_holds_group_tags_model_artifact_and_eval_table(tmp_pa
     history = {item.key or "/".join(item.nested_key): item.value_json for r in found if r.WhichOneof("record_type") == "history" for item in r.history.item}
     assert json.loads(history["eval/log_objective/_type"]) == "table-file"
     table = json.loads((offline_run(run_dir) / "files" / json.loads(history["eval/log_objective/path"])).read_text())
-    assert table["columns"] == ["init", "n", "method", "step", "log_objective"]
+    assert table["columns"] == ["init", "n", "k", "method", "step", "log_objective"]
     assert len(table["data"]) == 2 * 2 * 4 * 6  # inits x ns x methods x (steps + 1)
     evaluated = json.loads((run_dir / "eval" / "eval.json").read_text())
     first = evaluated["settings"][0]
-    assert table["data"][0] == [first["init"], first["n"], "model", 0, pytest.approx(first["log_objective"]["model"][0])]
+    assert table["data"][0] == [first["init"], first["n"], first["k"], "model", 0, pytest.approx(first["log_objective"]["model"][0])]
     assert json.loads(history["eval/objective/_type"]) == "images/separated"
     assert float(history["train/lr"]) == pytest.approx(0.01)
 

@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+
+EXAMPLES = """examples:
+  ktframe eval CKPT eval.tasks=320 eval.ns=[512] eval.inits=[kmeans++] eval.family=cauchy
+  ktframe eval CKPT eval.ks=[4,8,16]      # one setting per k (a model trained with data.k_range: any k up to its maximum)
+  ktframe eval CKPT data.k=8              # the same as eval.ks=[8] (unless eval.ks is given)
+  ktframe eval CKPT eval.baselines=[breathing-kmeans,best-of-10]   # their final objective beside the others (pip install 'ktframe[baselines]')"""
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("eval", help="evaluate a trained checkpoint against Lloyd and k-means++ seeding")
+    p = commands.add_parser(
+        "eval",
+        help="evaluate a trained checkpoint against Lloyd and k-means++ seeding",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("checkpoint", help="a .ckpt written by ktframe fit")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="e.g. eval.tasks=320 eval.ns=[512] eval.inits=[kmeans++] eval.family=cauchy")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="eval.* keys (`ktframe fit --help` lists them), data.family and data.k; e.g. eval.tasks=320 eval.ks=[4,8] eval.baselines=[best-of-10]",
+    )
     p.add_argument("--out", help="folder for eval.json and eval.png (default: the run folder's eval/)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=run)

@@ -25,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ktframe.clustering.tasks import FAMILIES
 from ktframe.errors import InputError
 from ktframe.plugin.registry import closest
+from ktframe.training.baselines import BASELINES
 
 DEFAULT_PRESET = "quick"
 
@@ -341,6 +342,8 @@ def check_values(cfg: DictConfig) -> None:
         raise _value_error("eval.ns", list(cfg.eval.ns), "a non-empty list of integers >= 1")
     if cfg.eval.ks is not None and not (cfg.eval.ks and all(type(k) is int and k >= 1 for k in cfg.eval.ks)):
         raise _value_error("eval.ks", list(cfg.eval.ks), "null or a non-empty list of integers >= 1")
+    if not all(name in BASELINES for name in cfg.eval.baselines):
+        raise _value_error("eval.baselines", list(cfg.eval.baselines), "a list of baseline names, each one of " + ", ".join(BASELINES))
     for name in ("k_range", "n_range"):
         _check_range(cfg, name)
 

@@ -3,7 +3,10 @@
 Unseen tasks; the trained layer applied ``steps`` times with re-embedding; beside it, from the
 same initial centers, Lloyd's algorithm; and, seeded on their own, plain k-means++ + Lloyd and
 greedy k-means++ + Lloyd. Figure of merit: the mean over tasks of log Σ_i min_j ‖x_i − c_j‖², at
-every step. Initial centers random data points or k-means++; any n; any distribution family.
+every step. Initial centers random data points or k-means++; any n; any distribution family; any
+k the model takes (``eval.ks``: the trained k, or any up to its maximum for a model trained on a
+``data.k_range``). ``eval.baselines`` adds methods that run to convergence on their own
+(:mod:`ktframe.training.baselines`), reported by their final objective alone.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 
@@ -21,6 +25,7 @@ from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
 from ktframe.fast import lloyd as fast
 from ktframe.plugin.variant import get_variant
+from ktframe.training import baselines
 from ktframe.training.checkpoint_io import load_weights, read_checkpoint
 from ktframe.training.config import check_keys, merge, parse_overrides, to_dict
 from ktframe.training.data import draw
@@ -40,24 +45,87 @@ def load_checkpoint(path: str | Path) -> tuple[dict, torch.nn.Module]:
     return config, model.eval()
 
 
-# Everything else was fixed by training: the model's shape, the data it was trained on.
-EVAL_OVERRIDES = ("eval.*", "data.family")
+# Everything else was fixed by training: the model's shape, the data it was trained on. data.k
+# at evaluation names the k to evaluate (eval.ks=[K]); the checkpoint's own data.k stays.
+EVAL_OVERRIDES = ("eval.*", "data.family", "data.k")
 
 
 def _check_eval_overrides(values: dict) -> None:
     for section, keys in values.items():
         for key in keys if isinstance(keys, dict) else [None]:
             name = f"{section}.{key}" if key is not None else section
-            if section != "eval" and name != "data.family":
+            if section != "eval" and name not in EVAL_OVERRIDES:
                 raise InputError(f"{name} cannot be changed at evaluation: the checkpoint fixes it; expected overrides of {' or '.join(EVAL_OVERRIDES)}")
 
 
+def _k_as_ks(values: dict) -> dict:
+    """The overrides with ``data.k=K`` turned into ``eval.ks=[K]`` (unless eval.ks is given too),
+    so that the checkpoint's data.k, the k it was trained and validated at, stays as it was."""
+    data = values.get("data")
+    if not isinstance(data, dict) or "k" not in data:
+        return values
+    k = data.pop("k")
+    if type(k) is not int or k < 1:
+        raise InputError(f"config key 'data.k' must be an integer >= 1; got {k!r}")
+    if not data:
+        del values["data"]
+    if isinstance(values.get("eval"), dict):
+        values["eval"].setdefault("ks", [k])
+    elif "eval" not in values:
+        values["eval"] = {"ks": [k]}
+    return values
+
+
 def eval_config(config: dict, overrides: list[str]) -> dict:
-    """The checkpoint's eval settings, with ``eval.*`` / ``data.family`` overrides applied."""
+    """The checkpoint's eval settings, with ``eval.*`` / ``data.family`` / ``data.k`` overrides applied."""
     values = parse_overrides(overrides)
     check_keys(values)
     _check_eval_overrides(values)
-    return to_dict(merge(config, values))
+    return to_dict(merge(config, _k_as_ks(values)))
+
+
+def eval_ks(model: torch.nn.Module, config: dict) -> list[int]:
+    """The k of every setting (``eval.ks``; null: the checkpoint's data.k), each checked against
+    what the model takes and against every n of ``eval.ns``, before anything runs."""
+    data, ev = config["data"], config["eval"]
+    ks = list(ev["ks"] or [data["k"]])
+    any_k = getattr(model.embedding, "any_k", False)
+    for k in ks:
+        if any_k and k > model.k:
+            raise InputError(f"eval.ks holds k={k} but the checkpoint's model takes at most k={model.k}; expected every k <= {model.k}")
+        if not any_k and k != data["k"]:
+            raise InputError(
+                f"eval.ks holds k={k} but the checkpoint was trained for k={data['k']} only; expected k={data['k']} "
+                "(a model for many k is trained with data.k_range=[lo,hi])"
+            )
+        for n in ev["ns"]:
+            if n < k:
+                raise InputError(f"eval.ns holds n={n}, fewer points than k={k}; expected every n >= k")
+    return ks
+
+
+# What a derived seed is for, so that the tasks and the baselines' restarts are independent streams.
+_TASKS, _BASELINES = 1, 2
+
+
+def _derived_seed(purpose: int, *numbers: int) -> int:
+    """A 32-bit seed (scikit-learn's random_state takes no more) mixed from ``purpose`` and
+    ``numbers`` by numpy's SeedSequence, so that neighbouring values give unrelated streams."""
+    return int(np.random.SeedSequence([purpose, *(v % 2**64 for v in numbers)]).generate_state(1)[0])
+
+
+def baseline_seed(seed: int, n: int, k: int, task: int) -> int:
+    """The seed every baseline gets for task ``task`` (0, 1, ...) of the settings of n points and k
+    clusters under ``eval.seed=seed``: each task its own, reproducible from the report's settings."""
+    return _derived_seed(_BASELINES, seed, n, k, task)
+
+
+def _task_generator(config: dict, n: int, k: int) -> torch.Generator:
+    """The generator of a setting's tasks (and seedings), seeded alike for every init (so the first
+    batch's tasks are the same; later ones follow each init's own draws). At the trained k it is
+    seeded as it always was, so that a report without eval.ks keeps its numbers."""
+    seed = config["eval"]["seed"]
+    return torch.Generator().manual_seed(seed * 100_003 + n if k == config["data"]["k"] else _derived_seed(_TASKS, seed, n, k))
 
 
 def _log_means(X: torch.Tensor, trajectory: torch.Tensor) -> torch.Tensor:
@@ -65,60 +133,88 @@ def _log_means(X: torch.Tensor, trajectory: torch.Tensor) -> torch.Tensor:
     return torch.stack([fast.objective(X, trajectory[:, t].double()).log() for t in range(trajectory.shape[1])], dim=1)
 
 
+def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k: int) -> dict[str, Any]:
+    """One setting: the mean log objective of every method at every step over ``eval.tasks``
+    tasks of n points and k clusters, and of every baseline at its end (``final``)."""
+    data, ev = config["data"], config["eval"]
+    variant = get_variant(config["model"]["variant"])
+    data_cfg = OmegaConf.create(data)
+    generator = _task_generator(config, n, k)
+    methods = (*METHODS, "reference") if variant.reference is not None else METHODS
+    sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in methods}
+    finals = {name: torch.zeros((), dtype=torch.float64) for name in ev["baselines"]}
+    for start in range(0, ev["tasks"], ev["batch_size"]):
+        batch = min(ev["batch_size"], ev["tasks"] - start)
+        X, C0, _ = draw(data_cfg, batch, generator, n=n, k=k, family=ev["family"] or data["family"], init=init)
+        plain = reference.kmeans_plusplus(X, k, generator)
+        greedy = reference.kmeans_plusplus(X, k, generator, greedy=True)
+        runs = {
+            "model": model(X, C0, n_steps=ev["steps"], reembed=True).trajectory,
+            "lloyd": fast.lloyd(X, C0, ev["steps"]).trajectory,
+            "kmeans++": fast.lloyd(X, plain, ev["steps"]).trajectory,
+            "greedy-kmeans++": fast.lloyd(X, greedy, ev["steps"]).trajectory,
+        }
+        if variant.reference is not None:  # the classical algorithm the model's variant claims
+            runs["reference"] = variant.run_reference(X, C0, ev["steps"], config["model"]["gamma"], config["model"].get("options")).trajectory
+        X64 = X.double()
+        for method, trajectory in runs.items():
+            sums[method] += _log_means(X64, trajectory).sum(dim=0)
+        if finals:
+            seeds = [baseline_seed(ev["seed"], n, k, start + i) for i in range(batch)]
+            for name in finals:
+                finals[name] += fast.objective(X64, baselines.BASELINES[name](X64, k, seeds)).log().sum()
+    return {
+        "init": init,
+        "n": n,
+        "k": k,
+        "log_objective": {m: (s / ev["tasks"]).tolist() for m, s in sums.items()},
+        "final": {name: float(total / ev["tasks"]) for name, total in finals.items()},
+    }
+
+
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
+    """Every setting (init × n × k, k innermost) of the protocol, and the primary one: the
+    checkpoint's data.k (else the first k), its training n (else the first n), the first init."""
     data, ev = config["data"], config["eval"]
-    family = ev["family"] or data["family"]
-    data_cfg = OmegaConf.create(data)
+    ks = eval_ks(model, config)
+    baselines.require(ev["baselines"])
     variant = get_variant(config["model"]["variant"])
-    methods = (*METHODS, "reference") if variant.reference is not None else METHODS
-    settings = []
-    for init in ev["inits"]:
-        for n in ev["ns"]:
-            if n < data["k"]:
-                raise InputError(f"eval.ns holds n={n}, fewer points than k={data['k']}; expected every n >= k")
-            generator = torch.Generator().manual_seed(ev["seed"] * 100_003 + n)  # the same tasks for every init
-            sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in methods}
-            for start in range(0, ev["tasks"], ev["batch_size"]):
-                batch = min(ev["batch_size"], ev["tasks"] - start)
-                X, C0, _ = draw(data_cfg, batch, generator, n=n, family=family, init=init)
-                plain = reference.kmeans_plusplus(X, data["k"], generator)
-                greedy = reference.kmeans_plusplus(X, data["k"], generator, greedy=True)
-                runs = {
-                    "model": model(X, C0, n_steps=ev["steps"], reembed=True).trajectory,
-                    "lloyd": fast.lloyd(X, C0, ev["steps"]).trajectory,
-                    "kmeans++": fast.lloyd(X, plain, ev["steps"]).trajectory,
-                    "greedy-kmeans++": fast.lloyd(X, greedy, ev["steps"]).trajectory,
-                }
-                if variant.reference is not None:  # the classical algorithm the model's variant claims
-                    runs["reference"] = variant.run_reference(X, C0, ev["steps"], config["model"]["gamma"], config["model"].get("options")).trajectory
-                X64 = X.double()
-                for method, trajectory in runs.items():
-                    sums[method] += _log_means(X64, trajectory).sum(dim=0)
-            settings.append({"init": init, "n": n, "log_objective": {m: (s / ev["tasks"]).tolist() for m, s in sums.items()}})
-    primary = next((s for s in settings if s["n"] == data["n"]), settings[0])
+    settings = [_evaluate_setting(model, config, init, n, k) for init in ev["inits"] for n in ev["ns"] for k in ks]
+    at_k = [s for s in settings if s["k"] == (data["k"] if data["k"] in ks else ks[0])]
+    primary = next((s for s in at_k if s["n"] == data["n"]), at_k[0])
     return {
         "variant": variant.name,
         "reference": variant.classical if variant.reference is not None else None,
-        "family": family,
+        "family": ev["family"] or data["family"],
         "tasks": ev["tasks"],
         "steps": ev["steps"],
-        "primary": {"init": primary["init"], "n": primary["n"]},
+        "primary": {"init": primary["init"], "n": primary["n"], "k": primary["k"]},
         "log_objective": primary["log_objective"],
+        "final": primary["final"],
         "settings": settings,
     }
 
 
 def format_table(report: dict[str, Any]) -> str:
+    """The report as a table, one row per setting (init, n, k): each method's mean log objective
+    at the last step (and at step 1), the model's lead over Lloyd, then each baseline's at its end.
+    Reports written before k and baselines existed have neither: their k column is blank."""
+    finals = list(report.get("final", {}))
     lines = [
         *([f"variant {report['variant']}; reference: {report['reference']}"] if report.get("reference") else []),
-        f"{report['tasks']} unseen {report['family']} tasks, {report['steps']} steps; mean log objective at the last step (and at step 1)",
-        f"{'init':<9} {'n':>5}  " + "  ".join(f"{m:>17}" for m in report["log_objective"]) + f"  {'model - lloyd':>13}",
+        f"{report['tasks']} unseen {report['family']} tasks, {report['steps']} steps; mean log objective at the last step (and at step 1)"
+        + (f"; {', '.join(finals)}: at convergence" if finals else ""),
+        f"{'init':<9} {'n':>5} {'k':>4}  "
+        + "  ".join(f"{m:>17}" for m in report["log_objective"])
+        + f"  {'model - lloyd':>13}"
+        + "".join(f"  {name:>10}" for name in finals),
     ]
     for s in report["settings"]:
-        lo = s["log_objective"]
+        lo, final = s["log_objective"], s.get("final", {})
         cells = "  ".join(f"{lo[m][-1]:>8.4f} ({lo[m][1]:>6.3f})" for m in lo)
-        lines.append(f"{s['init']:<9} {s['n']:>5}  {cells}  {lo['model'][-1] - lo['lloyd'][-1]:>+13.4f}")
+        baseline_cells = "".join(f"  {final[name]:>{max(10, len(name))}.4f}" for name in finals)
+        lines.append(f"{s['init']:<9} {s['n']:>5} {s.get('k', ''):>4}  {cells}  {lo['model'][-1] - lo['lloyd'][-1]:>+13.4f}{baseline_cells}")
     return "\n".join(lines)
 
 
@@ -134,18 +230,21 @@ def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: st
     folder.mkdir(parents=True, exist_ok=True)
     write_atomically(folder / "eval.json", [json.dumps(report, indent=2)])
     primary = report["primary"]
-    title = f"init={primary['init']}, n={primary['n']}, {report['family']}"
+    title = f"init={primary['init']}, n={primary['n']}, k={primary['k']}, {report['family']}"
     (picture,) = figures.save({"eval": figures.objective_figure(report["log_objective"], title)}, folder)
     return report, picture
 
 
 def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
-    """The report as one row per setting, method and step: the columns and the rows of a table."""
-    columns = ["init", "n", "method", "step", "log_objective"]
+    """The report as one row per setting, method and step: the columns and the rows of a table.
+    A baseline has no steps (it runs to convergence): its one row per setting has step None
+    (empty) and its final mean log objective."""
+    columns = ["init", "n", "k", "method", "step", "log_objective"]
     rows = [
-        [s["init"], s["n"], method, step, value]
+        [s["init"], s["n"], s.get("k"), method, step, value]
         for s in report["settings"]
         for method, values in s["log_objective"].items()
         for step, value in enumerate(values)
     ]
+    rows += [[s["init"], s["n"], s.get("k"), name, None, value] for s in report["settings"] for name, value in s.get("final", {}).items()]
     return columns, rows

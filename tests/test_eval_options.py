@@ -1,0 +1,188 @@
+"""``ktframe eval``'s options beyond the paper's protocol: several k in one report (``eval.ks``,
+``data.k=K``), and the baselines that run to convergence (``eval.baselines``). Real runs of the
+command line on tiny checkpoints trained once per module (2 steps: the numbers need not be good,
+only the same under the same seeds)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from sklearn.cluster import KMeans
+from test_training import TINY, ok, one_line_error, run_cli
+
+from ktframe.training.baselines import BASELINES
+from ktframe.training.data import draw
+from ktframe.training.evaluate import baseline_seed, load_checkpoint, table_rows
+
+# 4 tasks in batches of 2, 3 steps, n in {8, 32} (32: the training n): a few seconds per evaluation.
+SMALL = ["eval.tasks=4", "eval.batch_size=2", "eval.steps=3", "eval.ns=[8,32]"]
+METHODS = {"model", "lloyd", "kmeans++", "greedy-kmeans++"}
+
+
+def train(root: Path, name: str, *overrides: str) -> Path:
+    """The best checkpoint of a 2-step ``ktframe fit`` of the TINY setting (n = 32, d = 2, k = 3)."""
+    ok(run_cli(["fit", *TINY, "trainer.max_steps=2", "trainer.val_every=2", "logger.kind=none", f"root={root / 'runs'}", f"name={name}", *overrides], root))
+    return root / "runs" / name / "checkpoints" / "best.ckpt"
+
+
+@pytest.fixture(scope="module")
+def fixed(tmp_path_factory) -> Path:
+    """A checkpoint of a model for k = 3 only."""
+    return train(tmp_path_factory.mktemp("fixed"), "fixed")
+
+
+@pytest.fixture(scope="module")
+def any_k(tmp_path_factory) -> Path:
+    """A checkpoint of a model for any k up to 4 (validated at data.k = 3)."""
+    return train(tmp_path_factory.mktemp("anyk"), "anyk", "data.k_range=[2,4]", "model.options.any_k=true")
+
+
+def evaluate(checkpoint: Path, out: Path, *overrides: str) -> dict:
+    """The report ``ktframe eval CHECKPOINT OVERRIDES --json --out OUT`` prints."""
+    return json.loads(ok(run_cli(["eval", str(checkpoint), *SMALL, *overrides, "--out", str(out), "--json"], out.parent)).stdout)
+
+
+def refused(checkpoint: Path, out: Path, *overrides: str) -> str:
+    """The one-line error of an evaluation that must not run, having checked that it wrote nothing."""
+    line = one_line_error(run_cli(["eval", str(checkpoint), *SMALL, *overrides, "--out", str(out)], out.parent), "eval")
+    assert not out.exists()
+    return line
+
+
+def test_help_names_the_new_keys(tmp_path):
+    text = ok(run_cli(["eval", "--help"], tmp_path)).stdout
+    assert "eval.ks=" in text and "data.k=" in text and "eval.baselines=" in text
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. eval.ks and data.k on a model for one k
+
+
+def test_the_trained_k_gives_the_same_report_however_it_is_named(fixed, tmp_path):
+    default = evaluate(fixed, tmp_path / "default")
+    assert default["primary"] == {"init": "random", "n": 32, "k": 3}  # the first init, the training n and k
+    assert [(s["init"], s["n"], s["k"]) for s in default["settings"]] == [("random", 8, 3), ("random", 32, 3), ("kmeans++", 8, 3), ("kmeans++", 32, 3)]
+    for overrides in (["eval.ks=[3]"], ["data.k=3"]):
+        named = evaluate(fixed, tmp_path / overrides[0].split("=")[0], *overrides)
+        assert named["settings"] == default["settings"], overrides
+        assert named["primary"] == default["primary"] and named["log_objective"] == default["log_objective"]
+
+
+def test_the_trained_k_keeps_the_seeding_of_the_tasks(fixed, tmp_path):
+    """At the trained k the tasks are drawn from a generator seeded with eval.seed · 100003 + n,
+    as before eval.ks existed, so a plain report keeps its numbers: Lloyd's curve, recomputed here
+    from tasks drawn that way (one batch), is the report's."""
+    from ktframe.fast.lloyd import lloyd, objective
+
+    report = evaluate(fixed, tmp_path / "one-batch", "eval.batch_size=4", "eval.inits=[random]")
+    config, _ = load_checkpoint(fixed)
+    for setting in report["settings"]:
+        generator = torch.Generator().manual_seed(777 * 100_003 + setting["n"])
+        X, C0, _ = draw(OmegaConf.create(config["data"]), 4, generator, n=setting["n"], init="random")
+        trajectory = lloyd(X, C0, 3).trajectory
+        expected = [objective(X.double(), trajectory[:, t].double()).log().mean().item() for t in range(4)]
+        assert setting["log_objective"]["lloyd"] == pytest.approx(expected, rel=1e-12), setting["n"]
+
+
+def test_another_k_on_a_model_for_one_k_is_one_line(fixed, tmp_path):
+    for overrides in (["data.k=5"], ["eval.ks=[3,5]"]):
+        line = refused(fixed, tmp_path / "out", *overrides)
+        assert "k=5" in line and "trained for k=3 only" in line and "data.k_range" in line, line
+
+
+def test_bad_data_k_and_eval_ks_values_are_one_line(fixed, tmp_path):
+    assert "'data.k' must be an integer >= 1; got 0" in refused(fixed, tmp_path / "out", "data.k=0")
+    assert "'eval.ks' must be null or a non-empty list of integers >= 1" in refused(fixed, tmp_path / "out", "eval.ks=[0]")
+    assert "data.n cannot be changed at evaluation" in refused(fixed, tmp_path / "out", "data.n=64")
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. Baselines
+
+
+def test_baselines_are_reported_at_convergence_on_the_settings_tasks(fixed, tmp_path):
+    report = evaluate(fixed, tmp_path / "baselines", "eval.batch_size=4", "eval.inits=[random]", "eval.baselines=[breathing-kmeans,best-of-10]")
+    config, _ = load_checkpoint(fixed)
+    for setting in report["settings"]:
+        n, final = setting["n"], setting["final"]
+        assert set(setting["log_objective"]) == METHODS and set(final) == {"breathing-kmeans", "best-of-10"}
+        assert all(math.isfinite(v) for v in final.values())
+        # Computed again here: the setting's tasks (one batch, drawn first), each with its own seed.
+        X, _, _ = draw(OmegaConf.create(config["data"]), 4, torch.Generator().manual_seed(777 * 100_003 + n), n=n, init="random")
+        seeds = [baseline_seed(777, n, 3, task) for task in range(4)]
+        assert len(set(seeds)) == 4
+        best = [KMeans(n_clusters=3, n_init=10, random_state=seed).fit(points).inertia_ for points, seed in zip(X.double().numpy(), seeds)]
+        assert final["best-of-10"] == pytest.approx(float(np.mean(np.log(best))), rel=1e-9, abs=1e-9)
+        # The best of ten restarts to convergence is no worse than one seeding followed by 3 steps of Lloyd.
+        assert final["best-of-10"] <= setting["log_objective"]["kmeans++"][-1] + 1e-6
+    assert report["final"] == report["settings"][1]["final"]  # the primary setting's: the training n, 32
+
+
+def test_baselines_appear_in_the_table_and_the_table_rows(fixed, tmp_path):
+    done = ok(run_cli(["eval", str(fixed), *SMALL, "eval.inits=[random]", "eval.baselines=[best-of-10]", "--out", str(tmp_path / "out")], tmp_path))
+    header = next(line for line in done.stdout.splitlines() if line.startswith("init"))
+    assert header.split()[:3] == ["init", "n", "k"] and header.split()[-1] == "best-of-10"
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("random")]
+    assert [row[:3] for row in rows] == [["random", "8", "3"], ["random", "32", "3"]]
+    report = json.loads((tmp_path / "out" / "eval.json").read_text())
+    assert [float(row[-1]) for row in rows] == pytest.approx([s["final"]["best-of-10"] for s in report["settings"]], abs=1e-4)
+    columns, table = table_rows(report)
+    assert columns == ["init", "n", "k", "method", "step", "log_objective"]
+    finals = [row for row in table if row[3] == "best-of-10"]
+    assert finals == [["random", s["n"], 3, "best-of-10", None, s["final"]["best-of-10"]] for s in report["settings"]]
+    assert len(table) == len(finals) + 2 * len(METHODS) * 4  # two settings, four methods, steps 0..3
+
+
+def test_each_baseline_runs_task_by_task_with_its_tasks_seed():
+    from bkmeans import BKMeans
+
+    X = torch.randn(3, 12, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    seeds = [5, 6, 7]
+    direct = {
+        "best-of-10": lambda points, seed: KMeans(n_clusters=4, n_init=10, random_state=seed).fit(points),
+        "breathing-kmeans": lambda points, seed: BKMeans(n_clusters=4, random_state=seed, n_init=1).fit(points),
+    }
+    assert set(direct) == set(BASELINES)
+    for name, fit in direct.items():
+        centers = BASELINES[name](X, 4, seeds)
+        assert centers.dtype == torch.float64 and centers.shape == (3, 4, 2)
+        for task, seed in enumerate(seeds):
+            np.testing.assert_array_equal(centers[task].numpy(), fit(X[task].numpy(), seed).cluster_centers_, err_msg=name)
+    # As many clusters as points: no room to breathe in, still k centers.
+    assert BASELINES["breathing-kmeans"](X[:, :4], 4, seeds).shape == (3, 4, 2)
+
+
+def test_an_unknown_baseline_is_one_line(fixed, tmp_path):
+    line = refused(fixed, tmp_path / "out", "eval.baselines=[best-of-11]")
+    assert "'eval.baselines'" in line and "breathing-kmeans, best-of-10" in line and "best-of-11" in line, line
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. A model for any k up to its maximum
+
+
+def test_a_model_for_any_k_is_evaluated_at_every_k_asked(any_k, tmp_path):
+    report = evaluate(any_k, tmp_path / "ks", "eval.ks=[2,3,4]")
+    settings = [(s["init"], s["n"], s["k"]) for s in report["settings"]]
+    assert settings == [(init, n, k) for init in ("random", "kmeans++") for n in (8, 32) for k in (2, 3, 4)]
+    assert report["primary"] == {"init": "random", "n": 32, "k": 3}  # the checkpoint's data.k
+    assert all(math.isfinite(v) for s in report["settings"] for values in s["log_objective"].values() for v in values)
+    # Each k its own tasks and starts.
+    starts = {s["k"]: s["log_objective"]["lloyd"][0] for s in report["settings"] if (s["init"], s["n"]) == ("random", 32)}
+    assert len(set(starts.values())) == 3
+    # Without the checkpoint's k the first one is primary; data.k=K asks for that k alone.
+    assert evaluate(any_k, tmp_path / "k4", "data.k=4", "eval.inits=[random]")["primary"] == {"init": "random", "n": 32, "k": 4}
+
+
+def test_a_k_above_the_models_maximum_is_one_line(any_k, tmp_path):
+    for overrides in (["eval.ks=[5]"], ["data.k=5"], ["eval.ks=[2,5]"]):
+        line = refused(any_k, tmp_path / "out", *overrides)
+        assert "k=5" in line and "at most k=4" in line and "expected every k <= 4" in line, line
+    line = refused(any_k, tmp_path / "out", "eval.ks=[2,4]", "eval.ns=[3,32]")
+    assert "eval.ns holds n=3, fewer points than k=4" in line, line
