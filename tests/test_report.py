@@ -112,8 +112,32 @@ def test_report_aggregates_every_run_below_the_folder(tmp_path: Path) -> None:
     text = (root / "report.md").read_text()
     assert f"3 runs in {root}" in text.splitlines()[0]
     assert "| val/ratio | 1.0000 ± 0.1000 |" in text
-    assert "| random | 512 | model |" in text
+    assert "| random | 512 | — | model |" in text  # an eval.json without k: one k, the checkpoint's
     assert (root / "report.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_evaluations_of_several_k_and_final_baselines_are_reported_per_k(tmp_path: Path) -> None:
+    """An eval.json of ``eval.ks=[2, 3]`` with ``eval.baselines``: one row per (init, n, k,
+    method), the baselines' values at convergence as rows of their own."""
+    root = tmp_path / "runs"
+    for name, shift in (("a", 0.0), ("b", 0.2)):
+        folder = write_run(root / name, {"val/ratio": 1.0}, eval_curves(shift))
+        evaluation = json.loads((folder / "eval" / "eval.json").read_text())
+        settings = []
+        for k in (2, 3):
+            for setting in evaluation["settings"]:
+                curves = {method: [value + k for value in values] for method, values in setting["log_objective"].items()}
+                settings.append({**setting, "k": k, "log_objective": curves, "final": {"best-of-10": 1.0 + k + shift}})
+        evaluation["settings"] = settings
+        (folder / "eval" / "eval.json").write_text(json.dumps(evaluation))
+    report = json.loads(ok(run_cli(["report", str(root), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    rows = {(row["init"], row["n"], row["k"], row["method"]): row for row in report["eval"]}
+    assert len(rows) == 2 * 2 * 3  # (init) x (k) x (model, lloyd, best-of-10)
+    for k in (2, 3):
+        assert_stats(rows[("random", 512, k, "best-of-10")], [1.0 + k, 1.2 + k], count="runs")
+        finals = [eval_curves(shift)[("kmeans++", 512)]["model"][-1] + k for shift in (0.0, 0.2)]
+        assert_stats(rows[("kmeans++", 512, k, "model")], finals, count="runs")
+    assert "| random | 512 | 3 | best-of-10 | 4.1000 ± 0.1414 |" in (root / "report.md").read_text()
 
 
 def test_out_folder_markdown_and_missing_values(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ CONFIG = "config.yaml"
 EVAL = Path("eval", "eval.json")
 OUTPUTS = ("report.json", "report.md", "report.png")
 
-Key = tuple[str, int, str]  # (init, n, method) of an evaluation
+Key = tuple[str, int, "int | None", str]  # (init, n, k, method) of an evaluation; k None in an eval.json of one k that predates eval.ks
 Curves = dict[Key, list[float | None]]  # the mean log objective at every step; None: not finite
 
 
@@ -78,7 +78,8 @@ def _run_metrics(path: Path) -> dict[str, float | None]:
 
 
 def _run_curves(path: Path) -> Curves:
-    """Per (init, n, method): one run's mean log objective at every evaluation step."""
+    """Per (init, n, k, method): one run's mean log objective at every evaluation step; a
+    baseline reported at convergence only (``final``) as a curve of that one value."""
     settings = _read_json(path).get("settings")
     if not isinstance(settings, list):
         raise InputError(f'{path}: no "settings" list; expected the eval.json ktframe eval writes')
@@ -90,12 +91,19 @@ def _run_curves(path: Path) -> Curves:
             or not isinstance(setting.get("init"), str)
             or type(setting.get("n")) is not int
             or not isinstance(setting.get("log_objective"), dict)
+            or type(setting.get("k", 0)) is not int
+            or not isinstance(setting.get("final", {}), dict)
         ):
-            raise InputError(f"{path}: {where} is not an object with init (text), n (integer) and log_objective; expected the eval.json ktframe eval writes")
+            raise InputError(
+                f"{path}: {where} is not an object with init (text), n and k (integers), log_objective and final; expected the eval.json ktframe eval writes"
+            )
+        setting_key = (setting["init"], setting["n"], setting.get("k"))
         for method, values in setting["log_objective"].items():
             if not isinstance(values, list) or not values:
                 raise InputError(f"{path}: {where}.log_objective[{method!r}] is not a list of numbers; expected one value per step")
-            curves[(setting["init"], setting["n"], method)] = [_number(v, path, f"{where}.log_objective[{method!r}]") for v in values]
+            curves[(*setting_key, method)] = [_number(v, path, f"{where}.log_objective[{method!r}]") for v in values]
+        for method, value in setting.get("final", {}).items():
+            curves[(*setting_key, method)] = [_number(value, path, f"{where}.final[{method!r}]")]
     return curves
 
 
@@ -120,7 +128,7 @@ def _aggregate_metrics(runs: list[dict[str, float | None]]) -> dict[str, dict[st
 
 
 def _aggregate_eval(runs: list[tuple[Path, Curves]]) -> list[dict[str, Any]]:
-    """One row per (init, n, method), in order of first appearance: the final step over runs, and
+    """One row per (init, n, k, method), in order of first appearance: the final step over runs, and
     the whole curve's mean and std. Curves with a non-finite value are left out."""
     grouped: dict[Key, list[tuple[Path, list[float]]]] = {}
     for path, curves in runs:
@@ -132,7 +140,7 @@ def _aggregate_eval(runs: list[tuple[Path, Curves]]) -> list[dict[str, Any]]:
             if seen and len(seen[0][1]) != len(finite):
                 first, length = seen[0][0], len(seen[0][1]) - 1
                 raise InputError(
-                    f"{path}: init={key[0]}, n={key[1]}, {key[2]} has {len(finite) - 1} steps but {first} has {length}; "
+                    f"{path}: init={key[0]}, n={key[1]}, k={key[2]}, {key[3]} has {len(finite) - 1} steps but {first} has {length}; "
                     "expected runs evaluated with the same eval.steps (report on them separately)"
                 )
             seen.append((path, finite))
@@ -146,7 +154,8 @@ def _eval_row(key: Key, curves: list[list[float]]) -> dict[str, Any]:
     return {
         "init": key[0],
         "n": key[1],
-        "method": key[2],
+        "k": key[2],
+        "method": key[3],
         "mean": final["mean"],
         "std": final["std"],
         "runs": final["n"],
@@ -223,9 +232,10 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         lines.append("No finite val/ metric was found.")
     lines += ["", "## Evaluation: mean log objective at the last step (eval/eval.json)", ""]
     if report["eval"]:
-        lines += ["| init | n | method | mean ± std | 95 % interval | runs |", "|---|---|---|---|---|---|"]
+        lines += ["| init | n | k | method | mean ± std | 95 % interval | runs |", "|---|---|---|---|---|---|---|"]
         lines += [
-            f"| {r['init']} | {r['n']} | {r['method']} | {r['mean']:.4f} ± {r['std']:.4f} | {_interval(r['ci95'])} | {r['runs']} |" for r in report["eval"]
+            f"| {r['init']} | {r['n']} | {_k(r)} | {r['method']} | {r['mean']:.4f} ± {r['std']:.4f} | {_interval(r['ci95'])} | {r['runs']} |"
+            for r in report["eval"]
         ]
     else:
         lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
@@ -252,12 +262,22 @@ def _group_tables(report: dict[str, Any]) -> list[str]:
         lines.append("| " + " | ".join([*values, str(group["runs"]), *(cell(group["metrics"].get(name)) for name in names)]) + " |")
     rows = [(group, row) for group in groups for row in group["eval"]]
     if rows:
-        lines += ["", f"## By {', '.join(by)}: evaluation at the last step", "", "| " + " | ".join([*by, "init", "n", "method", "mean ± std", "runs"]) + " |"]
-        lines.append("|" + "---|" * (len(by) + 5))
+        lines += [
+            "",
+            f"## By {', '.join(by)}: evaluation at the last step",
+            "",
+            "| " + " | ".join([*by, "init", "n", "k", "method", "mean ± std", "runs"]) + " |",
+        ]
+        lines.append("|" + "---|" * (len(by) + 6))
         for group, row in rows:
             values = [str(group["setting"][key]) for key in by]
-            lines.append("| " + " | ".join([*values, row["init"], str(row["n"]), row["method"], cell(row), str(row["runs"])]) + " |")
+            lines.append("| " + " | ".join([*values, row["init"], str(row["n"]), _k(row), row["method"], cell(row), str(row["runs"])]) + " |")
     return lines
+
+
+def _k(row: dict[str, Any]) -> str:
+    """A row's k, or a dash for an eval.json that predates eval.ks (its k is the checkpoint's)."""
+    return "—" if row["k"] is None else str(row["k"])
 
 
 def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
@@ -268,16 +288,20 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
         return None
     from ktframe.training.figures import LABELS, plt  # pyplot on the Agg backend; imported here, so that bad input is answered without waiting for it
 
-    settings = list(dict.fromkeys((row["init"], row["n"]) for row in report["eval"]))
+    settings = list(dict.fromkeys((row["init"], row["n"], row["k"]) for row in report["eval"]))
     cols = min(3, len(settings))
     fig, axes = plt.subplots(math.ceil(len(settings) / cols), cols, figsize=(5.5 * cols, 4 * math.ceil(len(settings) / cols)), squeeze=False)
-    for ax, (init, n) in zip(axes.flat, settings):
-        for row in (r for r in report["eval"] if (r["init"], r["n"]) == (init, n)):
+    for ax, (init, n, k) in zip(axes.flat, settings):
+        for row in (r for r in report["eval"] if (r["init"], r["n"], r["k"]) == (init, n, k)):
             mean, std = np.array(row["curve"]["mean"]), np.array(row["curve"]["std"])
+            label = f"{LABELS.get(row['method'], row['method'])} ({row['runs']} runs)"
+            if len(mean) == 1:  # a baseline reported at convergence: its level, dashed
+                ax.axhline(mean[0], linestyle="--", label=label)
+                continue
             steps = np.arange(len(mean))
-            (line,) = ax.plot(steps, mean, marker="o", markersize=3, label=f"{LABELS.get(row['method'], row['method'])} ({row['runs']} runs)")
+            (line,) = ax.plot(steps, mean, marker="o", markersize=3, label=label)
             ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
-        ax.set(title=f"init={init}, n={n}", xlabel="step", ylabel="mean log objective")
+        ax.set(title=f"init={init}, n={n}" + ("" if k is None else f", k={k}"), xlabel="step", ylabel="mean log objective")
         ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
         ax.legend(fontsize="small")
     for ax in axes.flat[len(settings) :]:
