@@ -176,8 +176,10 @@ def test_a_model_for_any_k_is_evaluated_at_every_k_asked(any_k, tmp_path):
     # Each k its own tasks and starts.
     starts = {s["k"]: s["log_objective"]["lloyd"][0] for s in report["settings"] if (s["init"], s["n"]) == ("random", 32)}
     assert len(set(starts.values())) == 3
+    assert (tmp_path / "ks" / "eval-by-k.png").read_bytes().startswith(b"\x89PNG")  # the methods against k
     # Without the checkpoint's k the first one is primary; data.k=K asks for that k alone.
     assert evaluate(any_k, tmp_path / "k4", "data.k=4", "eval.inits=[random]")["primary"] == {"init": "random", "n": 32, "k": 4}
+    assert not (tmp_path / "k4" / "eval-by-k.png").exists()
 
 
 def test_a_k_above_the_models_maximum_is_one_line(any_k, tmp_path):

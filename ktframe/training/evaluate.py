@@ -220,7 +220,8 @@ def format_table(report: dict[str, Any]) -> str:
 
 def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None) -> tuple[dict[str, Any], Path]:
     """:func:`evaluate` a checkpoint, writing ``eval.json`` and ``eval.png`` into ``out`` (default:
-    the run folder's ``eval/``); the report and the picture's path."""
+    the run folder's ``eval/``), and ``eval-by-k.png`` where several k were evaluated
+    (:func:`~ktframe.training.figures.by_k_figure`); the report and the (first) picture's path."""
     from ktframe.training import figures
 
     config, model = load_checkpoint(path)
@@ -231,8 +232,10 @@ def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: st
     write_atomically(folder / "eval.json", [json.dumps(report, indent=2)])
     primary = report["primary"]
     title = f"init={primary['init']}, n={primary['n']}, k={primary['k']}, {report['family']}"
-    (picture,) = figures.save({"eval": figures.objective_figure(report["log_objective"], title)}, folder)
-    return report, picture
+    pictures = {"eval": figures.objective_figure(report["log_objective"], title)}
+    if len({s["k"] for s in report["settings"]}) > 1:
+        pictures["eval-by-k"] = figures.by_k_figure(report["settings"], f"{report['tasks']} {report['family']} tasks per k, {report['steps']} steps")
+    return report, figures.save(pictures, folder)[0]
 
 
 def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

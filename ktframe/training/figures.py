@@ -17,7 +17,10 @@ from ktframe.plugin import manager as pluginmanager  # noqa: E402
 from ktframe.plugin.variant import build_model  # noqa: E402
 
 HEADS = ("point_cross", "point_self", "center_cross", "center_self")
-LABELS = {"model": "learned model", "lloyd": "Lloyd (same start)", "kmeans++": "k-means++ + Lloyd", "greedy-kmeans++": "greedy k-means++ + Lloyd"}
+LABELS = {
+    "model": "learned model", "lloyd": "Lloyd (same start)", "kmeans++": "k-means++ + Lloyd", "greedy-kmeans++": "greedy k-means++ + Lloyd",
+    "breathing-kmeans": "breathing k-means", "best-of-10": "best of 10 (scikit-learn)",
+}  # fmt: skip
 
 
 def objective_figure(log_objective: dict[str, list[float]], title: str = "") -> plt.Figure:
@@ -28,6 +31,28 @@ def objective_figure(log_objective: dict[str, list[float]], title: str = "") -> 
     ax.set_ylabel("mean log objective")
     ax.set_title(title)
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def by_k_figure(settings: list[dict], title: str = "") -> plt.Figure:
+    """For evaluations of several k: each method's mean log objective at the last step (the
+    baselines' at convergence) minus Lloyd's from the same start, against k; one panel per
+    (init, n). Below 0: a better clustering than Lloyd's."""
+    panels = list(dict.fromkeys((s["init"], s["n"]) for s in settings))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
+    for ax, (init, n) in zip(axes[0], panels):
+        chosen = sorted((s for s in settings if (s["init"], s["n"]) == (init, n)), key=lambda s: s["k"])
+        ks = [s["k"] for s in chosen]
+        finals = [{**{m: v[-1] for m, v in s["log_objective"].items()}, **s.get("final", {})} for s in chosen]
+        for method in finals[0]:
+            if method != "lloyd":
+                ax.plot(ks, [f[method] - f["lloyd"] for f in finals], marker="o", markersize=3, label=LABELS.get(method, method))
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        ax.set(xlabel="k (clusters per task)", ylabel="mean log objective − Lloyd's", title=f"init={init}, n={n}")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend(fontsize="small")
+    fig.suptitle(title)
     fig.tight_layout()
     return fig
 
