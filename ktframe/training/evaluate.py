@@ -89,7 +89,7 @@ def eval_ks(model: torch.nn.Module, config: dict) -> list[int]:
     what the model takes and against every n of ``eval.ns``, before anything runs."""
     data, ev = config["data"], config["eval"]
     ks = list(ev["ks"] or [data["k"]])
-    any_k = getattr(model.embedding, "any_k", False)
+    any_k = model.embedding.any_k
     for k in ks:
         if any_k and k > model.k:
             raise InputError(f"eval.ks holds k={k} but the checkpoint's model takes at most k={model.k}; expected every k <= {model.k}")

@@ -92,10 +92,10 @@ def check_model_inputs(X: Any, C0: Any, *, d: int, k: int, dtype: torch.dtype, a
     check_rank(C0, "C0", (3,), f"(B, {k}, {d})")
     if X.shape[-1] != d:
         raise InputError(f"X has {X.shape[-1]} coordinates per point but the model was built for d={d}; expected X of shape (B, n, {d})")
-    if any_k and C0.shape[0] == X.shape[0] and C0.shape[-1] == d and not 1 <= C0.shape[1] <= k:
-        raise InputError(f"C0 holds {C0.shape[1]} centers per task but the model takes 1 to {k}; expected C0 of shape ({X.shape[0]}, k, {d}) with k <= {k}")
-    if not any_k and tuple(C0.shape[1:]) != (k, d) or C0.shape[0] != X.shape[0] or C0.shape[-1] != d:
+    if C0.shape[0] != X.shape[0] or C0.shape[-1] != d or (not any_k and C0.shape[1] != k):
         raise InputError(f"C0 must have shape ({X.shape[0]}, {k}, {d}) to match X {tuple(X.shape)} and the model's k={k}; got {tuple(C0.shape)}")
+    if any_k and not 1 <= C0.shape[1] <= k:
+        raise InputError(f"C0 holds {C0.shape[1]} centers per task but the model takes 1 to {k}; expected C0 of shape ({X.shape[0]}, k, {d}) with k <= {k}")
     k = C0.shape[1]
     if X.shape[1] < k:
         raise InputError(f"the number of clusters k={k} exceeds the number of points n={X.shape[1]}; expected k <= n")
