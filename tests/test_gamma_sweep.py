@@ -79,6 +79,8 @@ def test_soft_with_identity_resets_is_soft_with_attention_resets():
         (["--variant", "nosuch"], "nosuch"),
         (["--grid", "bad.yaml"], "grid file bad.yaml: expected exactly the axes k, d, n, scale, gamma"),
         (["--out", "a-file/sweep"], "a-file/sweep: cannot write there"),  # a folder that cannot be made, even by root
+        (["--seed", "-1"], "--seed -1: expected a seed >= 0"),
+        (["--resume"], "--resume: gamma-sweep holds no unfinished sweep"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
@@ -89,3 +91,54 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_a_stopped_sweep_goes_on_with_resume_to_the_same_files(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(TINY)
+    whole = ktframe_cli("gamma-sweep", "--grid", "tiny.yaml", "--out", "whole", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    # Stopped as Ctrl-C stops it, after three of the grid's eight batches.
+    batches = []
+
+    def stop(cells):
+        batches.append(cells)
+        if len(batches) == 4:  # the first call counts the batches already done (none)
+            raise KeyboardInterrupt
+
+    chosen = gamma_sweep.grid(str(tmp_path / "tiny.yaml"))
+    cut = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):
+        gamma_sweep.run("soft", chosen, cut, progress=stop)
+    assert sorted(p.name for p in cut.iterdir()) == [gamma_sweep.PARTIAL, gamma_sweep.SETTINGS]  # no sweep files yet
+    journal = cut / gamma_sweep.PARTIAL
+    assert len(journal.read_text().splitlines()) == 1 + 3 * 4
+    with journal.open("a") as out:
+        out.write("3,2,60,5,1")  # a row that a stop cut short
+    before = {p.name: p.read_bytes() for p in cut.iterdir()}
+
+    for args, message in [
+        (("--grid", "tiny.yaml"), "cut holds an unfinished sweep; expected --resume to continue it, or another --out"),
+        (("--grid", "tiny.yaml", "--resume", "--seed", "1"), "--resume: the sweep in cut was started with seed 0; expected the options it was started with"),
+        (("--grid", "quick", "--resume"), "was started with another grid"),
+    ]:
+        refused = ktframe_cli("gamma-sweep", "--out", "cut", *args, cwd=tmp_path)
+        assert refused.returncode == 2 and message in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert {p.name: p.read_bytes() for p in cut.iterdir()} == before
+
+    resumed = ktframe_cli("gamma-sweep", "--grid", "tiny.yaml", "--out", "cut", "--resume", "--json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["cells"] == 32
+    assert (cut / "gamma-sweep.csv").read_bytes() == (tmp_path / "whole" / "gamma-sweep.csv").read_bytes()
+    assert not (cut / gamma_sweep.PARTIAL).exists() and not (cut / gamma_sweep.SETTINGS).exists()
+
+
+def test_a_cells_task_depends_on_the_seed_and_the_cell_alone():
+    draw = lambda seed, k, d, n, scale: gamma_sweep.tasks(1, n, d, k, scale, gamma_sweep.cell_generator(seed, k, d, n, scale), torch.float32)[0]
+    assert torch.equal(draw(0, 3, 2, 60, 5), draw(0, 3, 2, 60, 5))
+    assert not torch.equal(draw(0, 3, 2, 60, 5), draw(1, 3, 2, 60, 5)) and not torch.equal(draw(0, 3, 2, 60, 5), draw(0, 3, 2, 60, 4))
+    # So a cell comes out alike in any grid that holds it, batched with other cells or alone.
+    small = gamma_sweep.Grid(k=(3,), d=(2,), n=(60,), scale=(5,), gamma=(1.0, 100.0))
+    large = gamma_sweep.Grid(k=(2, 3), d=(2,), n=(30, 60), scale=(1, 5), gamma=(1.0, 100.0))
+    alone = {(r["gamma"]): r["delta"] for rows in gamma_sweep.sweep("soft", small) for r in rows}
+    among = {(r["gamma"]): r["delta"] for rows in gamma_sweep.sweep("soft", large) for r in rows if (r["k"], r["n"], r["scale"]) == (3, 60, 5)}
+    assert alone.keys() == among.keys() and all(math.isclose(alone[g], among[g], rel_tol=1e-5, abs_tol=1e-6) for g in alone)

@@ -23,18 +23,23 @@ def add_parser(commands) -> None:
     p.add_argument("--out", default="gamma-sweep", help="folder for gamma-sweep.csv and the heatmaps (default: gamma-sweep)")
     p.add_argument("--seed", type=int, default=0, help="seed of the tasks (default: 0)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(default: float32, as the authors' sweep)")
+    p.add_argument("--resume", action="store_true", help="go on with the sweep that was stopped in --out (started with the same options)")
     p.add_argument("--json", action="store_true", help="print one JSON object (files, medians by gamma and by scale) instead of a summary")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
     chosen = gamma_sweep.grid(args.grid)
-    gamma_sweep.check_variant(args.variant)
     folder = Path(args.out)
-    gamma_sweep.check_folder(folder)
     with tqdm(total=chosen.cells, desc=f"gamma-sweep {args.grid}", unit="cell", file=sys.stderr, disable=None) as bar:
-        rows = list(gamma_sweep.sweep(args.variant, chosen, seed=args.seed, dtype=getattr(torch, args.dtype), progress=bar.update))
-    paths = gamma_sweep.write(rows, chosen, folder)
+        try:
+            rows, paths = gamma_sweep.run(
+                args.variant, chosen, folder, seed=args.seed, dtype=getattr(torch, args.dtype), resume=args.resume, progress=bar.update
+            )
+        except KeyboardInterrupt:
+            bar.close()
+            print(f"gamma-sweep: stopped after {bar.n} of {chosen.cells} cells; {folder} keeps them: the same command with --resume goes on", file=sys.stderr)
+            return 130
     by_gamma, by_scale = gamma_sweep.medians(rows, "gamma"), gamma_sweep.medians(rows, "scale")
     if args.json:
         summary = {"variant": args.variant, "grid": args.grid, "cells": len(rows), "files": [str(p) for p in paths]}

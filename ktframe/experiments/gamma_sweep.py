@@ -7,7 +7,9 @@ Per cell of a grid over k, d, n, the data's scale and γ, the paper's protocol: 
 [0, scale]; the points shuffled; the first k points the initial centers. Then 10 steps of the
 variant's model at γ (``soft``: exact resets, a softmax assignment, the normalized linear center
 update) and 10 Lloyd iterations from the same start. A cell's ``delta`` is the model's log
-objective minus Lloyd's. Cells with the same k, d and n run as one batch of tasks per γ.
+objective minus Lloyd's. A cell's task depends on the seed and the cell alone; every γ runs on it.
+Cells with the same k, d and n run as one batch of tasks, and a sweep records each batch as it
+ends, so that one stopped goes on where it was (:class:`Journal`).
 """
 
 from __future__ import annotations
@@ -15,15 +17,18 @@ from __future__ import annotations
 import csv
 import inspect
 import io
+import json
 import math
+import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
 from ktframe.fast import lloyd
 from ktframe.plugin.variant import build_model, get_variant
@@ -119,45 +124,85 @@ def tasks(batch: int, n: int, d: int, k: int, scale: float, generator: torch.Gen
     return X, X[:, :k].clone()
 
 
+def cell_generator(seed: int, k: int, d: int, n: int, scale: int) -> torch.Generator:
+    """The generator of one cell's task. Its draws depend on the seed and the cell alone: a cell
+    holds the same task in every grid that has it, and a resumed sweep draws what an
+    uninterrupted one would have."""
+    state = np.random.SeedSequence([seed, k, d, n, scale]).generate_state(1, np.uint64)[0]
+    return torch.Generator().manual_seed(int(state) >> 1)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Cells that run as one batch of tasks: one k, d and n, several scales. Every γ runs on the
+    same tasks, against one Lloyd run."""
+
+    k: int
+    d: int
+    n: int
+    scales: tuple[int, ...]
+
+
+def batches(chosen: Grid) -> list[Batch]:
+    """The grid's batches, in order. They depend on the grid alone, so that a resumed sweep runs
+    each cell in the batch that an uninterrupted one would have (a batch's size can change the
+    last bits of a sum)."""
+    if min(chosen.n) < max(chosen.k):
+        raise InputError(f"the grid holds n={min(chosen.n)} below k={max(chosen.k)}; expected every n >= every k")
+    out = []
+    for k in chosen.k:
+        for d in chosen.d:
+            for n in chosen.n:
+                step = max(1, BATCH_NUMBERS // (n * d))
+                out += [Batch(k, d, n, chosen.scale[i : i + step]) for i in range(0, len(chosen.scale), step)]
+    return out
+
+
 def _model(variant: str, d: int, k: int, gamma: float, dtype: torch.dtype) -> torch.nn.Module:
     """The variant at γ, with its resets in identity mode where it offers them (O(n), not O(n²))."""
     options = {"reset": "identity"} if "reset" in inspect.signature(get_variant(variant).build).parameters else {}
     return build_model(variant, d=d, k=k, n_layers=STEPS, gamma=gamma, dtype=dtype, **options)
 
 
-def sweep(
-    variant: str, chosen: Grid, *, seed: int = 0, dtype: torch.dtype = torch.float32, progress: Callable[[int], None] = lambda cells: None
-) -> Iterator[dict]:
-    """One row per cell of ``chosen`` (``COLUMNS``); ``progress(cells)`` after each batch."""
+def run_batch(batch: Batch, models: dict[float, torch.nn.Module], seed: int, dtype: torch.dtype) -> list[dict]:
+    """The rows of one batch: for each γ (``models``, built for the batch's d and k) and scale, the
+    model's log objective after ``STEPS`` steps minus Lloyd's, from the same start."""
+    k, d, n = batch.k, batch.d, batch.n
+    X, C0 = (torch.cat(parts) for parts in zip(*(tasks(1, n, d, k, s, cell_generator(seed, k, d, n, s), dtype) for s in batch.scales)))
+    rows = []
+    with torch.no_grad():
+        theirs = lloyd.objective(X.double(), lloyd.lloyd(X, C0, STEPS).centers.double()).log()
+        for gamma, model in models.items():
+            ours = lloyd.objective(X.double(), model(X, C0, n_steps=STEPS).centers.double()).log()
+            rows += [{"k": k, "d": d, "n": n, "scale": s, "gamma": gamma, "delta": v} for s, v in zip(batch.scales, (ours - theirs).tolist())]
+    return rows
+
+
+def sweep(variant: str, chosen: Grid, *, seed: int = 0, dtype: torch.dtype = torch.float32, done: Collection[Batch] = ()) -> Iterator[list[dict]]:
+    """The rows (``COLUMNS``) of each batch of ``chosen`` but those ``done``, batch by batch."""
     check_variant(variant)
-    generator = torch.Generator().manual_seed(seed)
-    for k in chosen.k:
-        for d in chosen.d:
-            models = {gamma: _model(variant, d, k, gamma, dtype) for gamma in chosen.gamma}  # the same for every n
-            for n in chosen.n:
-                if n < k:
-                    raise InputError(f"the grid holds n={n} below k={k}; expected every n >= every k")
-                step = max(1, BATCH_NUMBERS // (n * d))
-                for start in range(0, len(chosen.scale), step):
-                    scales = chosen.scale[start : start + step]
-                    for gamma, model in models.items():
-                        X, C0 = (torch.cat(parts) for parts in zip(*(tasks(1, n, d, k, scale, generator, dtype) for scale in scales)))
-                        with torch.no_grad():
-                            ours = lloyd.objective(X.double(), model(X, C0, n_steps=STEPS).centers.double())
-                            theirs = lloyd.objective(X.double(), lloyd.lloyd(X, C0, STEPS).centers.double())
-                        delta = (ours.log() - theirs.log()).tolist()
-                        for scale, value in zip(scales, delta):
-                            yield {"k": k, "d": d, "n": n, "scale": scale, "gamma": gamma, "delta": value}
-                        progress(len(scales))
+    models: dict[tuple[int, int], dict[float, torch.nn.Module]] = {}
+    for batch in batches(chosen):
+        if batch in done:
+            continue
+        if (batch.k, batch.d) not in models:  # the same for every n and scale
+            models = {(batch.k, batch.d): {gamma: _model(variant, batch.d, batch.k, gamma, dtype) for gamma in chosen.gamma}}
+        yield run_batch(batch, models[batch.k, batch.d], seed, dtype)
 
 
-def to_csv(rows: list[dict]) -> str:
+def to_csv(rows: list[dict], header: bool = True) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
+    if header:
+        writer.writeheader()
     for row in rows:
         writer.writerow({**row, "gamma": f"{row['gamma']:g}", "delta": f"{row['delta']:.9g}"})
     return out.getvalue()
+
+
+def _parse(values: list[str]) -> dict:
+    k, d, n, scale = (int(v) for v in values[:4])
+    return {"k": k, "d": d, "n": n, "scale": scale, "gamma": float(values[4]), "delta": float(values[5])}
 
 
 def medians(rows: list[dict], by: str) -> dict[float, float]:
@@ -217,8 +262,6 @@ def write(rows: list[dict], chosen: Grid, folder: Path) -> list[Path]:
     at all; their paths."""
     import matplotlib.pyplot as plt
 
-    from ktframe.clustering.datafile import write_atomically
-
     table = folder / "gamma-sweep.csv"
     write_atomically(table, to_csv(rows).encode())
     paths = [table]
@@ -229,3 +272,106 @@ def write(rows: list[dict], chosen: Grid, folder: Path) -> list[Path]:
         paths.append(folder / f"{name}.png")
         write_atomically(paths[-1], image.getvalue())
     return paths
+
+
+# --- a sweep in progress ----------------------------------------------------------------------
+
+PARTIAL, SETTINGS = "gamma-sweep.partial.csv", "gamma-sweep.partial.json"
+
+
+class Journal:
+    """A sweep in progress in its folder: its settings (``SETTINGS``) and the rows of the batches
+    done so far (``PARTIAL``), appended and flushed to disk batch by batch, so that a sweep that
+    was stopped (Ctrl-C, a machine taken away) goes on with ``--resume`` from its last whole
+    batch. Both files go once the sweep's own files are written."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.settings_path, self.rows_path = folder / SETTINGS, folder / PARTIAL
+
+    def open(self, settings: dict, chosen: Grid, resume: bool) -> dict[Batch, list[dict]]:
+        """Start a sweep of ``settings`` (JSON values) here or, with ``resume``, go on with the one
+        that is; the rows of the batches already done. Checked before anything is written."""
+        if resume and not self.settings_path.is_file():
+            raise InputError(f"--resume: {self.folder} holds no unfinished sweep; expected the --out of a sweep that was stopped")
+        if not resume and self.settings_path.exists():
+            raise InputError(f"{self.folder} holds an unfinished sweep; expected --resume to continue it, or another --out")
+        if resume:
+            started = json.loads(self.settings_path.read_text())
+            for key, value in settings.items():
+                if started.get(key) != value:
+                    was = "another grid" if key == "grid" else f"{key} {started.get(key)}"
+                    raise InputError(f"--resume: the sweep in {self.folder} was started with {was}; expected the options it was started with")
+        check_folder(self.folder)
+        if not resume:
+            write_atomically(self.settings_path, json.dumps(settings, indent=1).encode())
+            write_atomically(self.rows_path, to_csv([]).encode())
+            return {}
+        done = self.done(chosen)
+        write_atomically(self.rows_path, to_csv([row for rows in done.values() for row in rows]).encode())  # whole batches only
+        return done
+
+    def done(self, chosen: Grid) -> dict[Batch, list[dict]]:
+        """The batches whose every row is on disk, in the grid's order, with their rows (in the
+        order the sweep gives them)."""
+        by_cell = {(r["k"], r["d"], r["n"], r["scale"], r["gamma"]): r for r in self._rows()}
+        done = {}
+        for batch in batches(chosen):
+            rows = [by_cell.get((batch.k, batch.d, batch.n, scale, gamma)) for gamma in chosen.gamma for scale in batch.scales]
+            if all(rows):
+                done[batch] = rows
+        return done
+
+    def _rows(self) -> list[dict]:
+        # A last line that a stop cut short is left out.
+        rows = []
+        for line in self.rows_path.read_text().splitlines(keepends=True)[1:]:
+            values = line.rstrip("\n").split(",")
+            if line.endswith("\n") and len(values) == len(COLUMNS):
+                try:
+                    rows.append(_parse(values))
+                except ValueError:
+                    continue
+        return rows
+
+    def append(self, rows: list[dict]) -> None:
+        with open(self.rows_path, "a") as out:
+            out.write(to_csv(rows, header=False))
+            out.flush()
+            os.fsync(out.fileno())
+
+    def close(self) -> None:
+        self.rows_path.unlink()
+        self.settings_path.unlink()
+
+
+def run(
+    variant: str,
+    chosen: Grid,
+    folder: Path,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    resume: bool = False,
+    progress: Callable[[int], None] = lambda cells: None,
+) -> tuple[list[dict], list[Path]]:
+    """The sweep of ``variant`` over ``chosen`` into ``folder``, recorded batch by batch (see
+    :class:`Journal`) and, with ``resume``, continued where it stopped; its rows in the grid's
+    order and the files written. ``progress(cells)`` after each batch (and once for the batches
+    already done). Everything is checked before the first file is written."""
+    check_variant(variant)
+    batches(chosen)
+    if seed < 0:
+        raise InputError(f"--seed {seed}: expected a seed >= 0")
+    settings = json.loads(json.dumps({"variant": variant, "grid": {axis: list(getattr(chosen, axis)) for axis in AXES}, "seed": seed, "dtype": str(dtype)}))
+    journal = Journal(folder)
+    done = journal.open(settings, chosen, resume)
+    progress(sum(len(rows) for rows in done.values()))
+    for rows in sweep(variant, chosen, seed=seed, dtype=dtype, done=done):
+        journal.append(rows)
+        progress(len(rows))
+    # Every row as the journal holds it (nine digits), whether this process computed it or not.
+    rows = [row for rows in journal.done(chosen).values() for row in rows]
+    paths = write(rows, chosen, folder)
+    journal.close()
+    return rows, paths
