@@ -47,20 +47,26 @@ def write_run(folder: Path, metrics: dict[str, float], curves: dict[tuple[str, i
     }
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
     if curves is not None:
-        settings = [{"init": init, "n": n, "log_objective": methods} for (init, n), methods in curves.items()]
-        report = {
-            "variant": "learned",
-            "reference": None,
-            "family": "gaussian",
-            "tasks": 320,
-            "steps": len(settings[0]["log_objective"]["model"]) - 1,
-            "primary": {"init": settings[0]["init"], "n": settings[0]["n"]},
-            "log_objective": settings[0]["log_objective"],
-            "settings": settings,
-            "checkpoint": summary["best_checkpoint"],
-        }
-        (folder / "eval").mkdir()
-        (folder / "eval" / "eval.json").write_text(json.dumps(report, indent=2))
+        write_eval(folder / "eval", curves, summary["best_checkpoint"])
+    return folder
+
+
+def write_eval(folder: Path, curves: dict[tuple[str, int], dict[str, list[float]]], checkpoint: str) -> Path:
+    """The eval.json that ``ktframe eval CHECKPOINT --out folder`` writes."""
+    settings = [{"init": init, "n": n, "log_objective": methods} for (init, n), methods in curves.items()]
+    report = {
+        "variant": "learned",
+        "reference": None,
+        "family": "gaussian",
+        "tasks": 320,
+        "steps": len(settings[0]["log_objective"]["model"]) - 1,
+        "primary": {"init": settings[0]["init"], "n": settings[0]["n"]},
+        "log_objective": settings[0]["log_objective"],
+        "settings": settings,
+        "checkpoint": checkpoint,
+    }
+    folder.mkdir(parents=True)
+    (folder / "eval.json").write_text(json.dumps(report, indent=2))
     return folder
 
 
@@ -177,13 +183,33 @@ def test_one_run_folder_without_evaluation(tmp_path: Path) -> None:
     assert not (run / "report.png").exists()
 
 
+def test_evaluation_folders_count_as_runs_with_an_evaluation(tmp_path: Path) -> None:
+    """Checkpoints evaluated with ``ktframe eval --out`` (say, on another family): each folder
+    holding an eval.json alone is a run with an evaluation and no validation metrics; a training
+    run's own eval/ is not counted twice."""
+    root = tmp_path / "results"
+    write_run(root / "run", {"val/ratio": 0.9}, eval_curves(0.0))
+    for seed, shift in enumerate((0.1, 0.3)):
+        write_eval(root / "cauchy" / f"seed{seed}", eval_curves(shift), f"paper-seed{seed}.ckpt")
+
+    report = json.loads(ok(run_cli(["report", str(root / "cauchy"), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    assert report["runs"] == 2 and report["paths"] == ["seed0", "seed1"] and report["metrics"] == {}
+    for row in report["eval"]:
+        finals = [eval_curves(shift)[(row["init"], row["n"])][row["method"]][-1] for shift in (0.1, 0.3)]
+        assert_stats(row, finals, count="runs")
+
+    everything = json.loads(ok(run_cli(["report", str(root), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    assert everything["paths"] == ["cauchy/seed0", "cauchy/seed1", "run"]
+    assert everything["metrics"]["val/ratio"]["n"] == 1 and {row["runs"] for row in everything["eval"]} == {3}
+
+
 def _missing(tmp_path: Path) -> tuple[list[str], str]:
     return [str(tmp_path / "nowhere")], "no such folder"
 
 
 def _empty(tmp_path: Path) -> tuple[list[str], str]:
     (tmp_path / "empty" / "sub").mkdir(parents=True)
-    return [str(tmp_path / "empty")], f"no runs (no summary.json) below {tmp_path / 'empty'}"
+    return [str(tmp_path / "empty")], f"no runs (no summary.json or eval.json) below {tmp_path / 'empty'}"
 
 
 def _garbled_summary(tmp_path: Path) -> tuple[list[str], str]:

@@ -1,5 +1,5 @@
-"""``ktframe report PATH [--json] [--out DIR]``: every training run below PATH, aggregated into
-mean ± spread over runs."""
+"""``ktframe report PATH [--json] [--out DIR]``: every training run (and every ``ktframe eval --out``
+folder) below PATH, aggregated into mean ± spread over runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 def add_parser(commands) -> None:
     p = commands.add_parser("report", help="aggregate the training runs below a folder: mean, spread and 95 %% interval over runs")
-    p.add_argument("path", metavar="PATH", help="a run folder (one holding summary.json) or a folder holding run folders at any depth")
+    p.add_argument("path", metavar="PATH", help="a run folder (one holding summary.json), an evaluation folder (eval.json from ktframe eval --out), or a folder holding such folders at any depth")
     p.add_argument("--out", metavar="DIR", help="folder for report.json, report.md and report.png (default: PATH)")
     p.add_argument(
         "--by", metavar="KEYS", default="",

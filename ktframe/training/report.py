@@ -2,7 +2,9 @@
 
 A run is any folder holding ``summary.json`` (written by ``ktframe fit``): its final validation
 metrics come from there and, when the run has been evaluated, the objective per step from
-``eval/eval.json``. Runs differ by seed; a reader needs the mean, the spread over runs and how sure
+``eval/eval.json``. A folder holding ``eval.json`` alone (``ktframe eval CHECKPOINT --out DIR``:
+say, checkpoints of several seeds evaluated on another distribution) counts as a run with an
+evaluation and no validation metrics. Runs differ by seed; a reader needs the mean, the spread over runs and how sure
 the mean is, so every number comes with its sample standard deviation and a 95 % Student-t
 interval (there are usually only a handful of runs, too few for a normal interval).
 
@@ -37,15 +39,23 @@ Curves = dict[Key, list[float | None]]  # the mean log objective at every step; 
 
 
 def find_runs(root: Path) -> list[Path]:
-    """Every folder at or below ``root`` that holds a summary.json, sorted by path."""
+    """Every folder at or below ``root`` that holds a summary.json, or an eval.json outside a run
+    folder's eval/ (an evaluation written with ``ktframe eval --out``), sorted by path."""
     if not root.exists():
         raise InputError(f"{root}: no such folder; expected a run folder or a folder holding run folders")
     if not root.is_dir():
         raise InputError(f"{root}: not a folder; expected a run folder or a folder holding run folders")
-    runs = sorted(path.parent for path in root.rglob(SUMMARY) if path.is_file())
-    if not runs:
-        raise InputError(f"no runs (no {SUMMARY}) below {root}; expected folders written by ktframe fit")
-    return runs
+    runs = {path.parent for path in root.rglob(SUMMARY) if path.is_file()}
+    their_own = {run / EVAL for run in runs}
+    evaluations = {path.parent for path in root.rglob(EVAL.name) if path.is_file() and path not in their_own}
+    if not runs | evaluations:
+        raise InputError(f"no runs (no {SUMMARY} or {EVAL.name}) below {root}; expected folders written by ktframe fit or ktframe eval --out")
+    return sorted(runs | evaluations)
+
+
+def _eval_file(run: Path) -> Path:
+    """Where a run keeps its evaluation: eval/eval.json in a training run, eval.json in an evaluation's folder."""
+    return run / EVAL if (run / SUMMARY).is_file() else run / EVAL.name
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -185,8 +195,8 @@ def _setting(run: Path, keys: list[str]) -> tuple:
 
 
 def _aggregate(root: Path, runs: list[Path]) -> dict[str, Any]:
-    metrics = [_run_metrics(run / SUMMARY) for run in runs]
-    curves = [(run / EVAL, _run_curves(run / EVAL)) for run in runs if (run / EVAL).is_file()]
+    metrics = [_run_metrics(run / SUMMARY) for run in runs if (run / SUMMARY).is_file()]
+    curves = [(_eval_file(run), _run_curves(_eval_file(run))) for run in runs if _eval_file(run).is_file()]
     return {
         "runs": len(runs),
         "paths": [run.relative_to(root).as_posix() for run in runs],
