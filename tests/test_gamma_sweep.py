@@ -8,6 +8,7 @@ import json
 import math
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -95,8 +96,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message
 
 def test_a_stopped_sweep_goes_on_with_resume_to_the_same_files(tmp_path):
     (tmp_path / "tiny.yaml").write_text(TINY)
-    whole = ktframe_cli("gamma-sweep", "--grid", "tiny.yaml", "--out", "whole", cwd=tmp_path)
-    assert whole.returncode == 0, whole.stderr
+    chosen = gamma_sweep.grid(str(tmp_path / "tiny.yaml"))
+    gamma_sweep.run("soft", chosen, tmp_path / "whole")
     # Stopped as Ctrl-C stops it, after three of the grid's eight batches.
     batches = []
 
@@ -105,7 +106,6 @@ def test_a_stopped_sweep_goes_on_with_resume_to_the_same_files(tmp_path):
         if len(batches) == 4:  # the first call counts the batches already done (none)
             raise KeyboardInterrupt
 
-    chosen = gamma_sweep.grid(str(tmp_path / "tiny.yaml"))
     cut = tmp_path / "cut"
     with pytest.raises(KeyboardInterrupt):
         gamma_sweep.run("soft", chosen, cut, progress=stop)
@@ -116,14 +116,17 @@ def test_a_stopped_sweep_goes_on_with_resume_to_the_same_files(tmp_path):
         out.write("3,2,60,5,1")  # a row that a stop cut short
     before = {p.name: p.read_bytes() for p in cut.iterdir()}
 
-    for args, message in [
-        (("--grid", "tiny.yaml"), "cut holds an unfinished sweep; expected --resume to continue it, or another --out"),
-        (("--grid", "tiny.yaml", "--resume", "--seed", "1"), "--resume: the sweep in cut was started with seed 0; expected the options it was started with"),
-        (("--grid", "quick", "--resume"), "was started with another grid"),
-    ]:
-        refused = ktframe_cli("gamma-sweep", "--out", "cut", *args, cwd=tmp_path)
-        assert refused.returncode == 2 and message in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
-        assert {p.name: p.read_bytes() for p in cut.iterdir()} == before
+    refusals = {
+        ("--grid", "tiny.yaml"): "cut holds an unfinished sweep; expected --resume to continue it, or another --out",
+        ("--grid", "tiny.yaml", "--resume", "--seed", "1"): "--resume: the sweep in cut was started with seed 0; expected the options it was started with",
+        ("--grid", "quick", "--resume"): "was started with another grid",
+    }
+    with ThreadPoolExecutor(len(refusals)) as pool:  # each start of the CLI costs seconds, mostly importing
+        refused = dict(zip(refusals, pool.map(lambda args: ktframe_cli("gamma-sweep", "--out", "cut", *args, cwd=tmp_path), refusals)))
+    for args, message in refusals.items():
+        done = refused[args]
+        assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert {p.name: p.read_bytes() for p in cut.iterdir()} == before
 
     resumed = ktframe_cli("gamma-sweep", "--grid", "tiny.yaml", "--out", "cut", "--resume", "--json", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr

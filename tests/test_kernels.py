@@ -5,6 +5,11 @@ the numba CPU kernels (ktframe.fast.kernels), which must give what PyTorch gives
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import numba
 import pytest
 import torch
 from hypothesis import given, settings
@@ -740,3 +745,36 @@ def test_tasks_changed_marks_the_tasks_with_any_other_number(dtype):
     view.copy_(b)
     assert kernels.tasks_changed(a, view).tolist() == [False, True, True, True, False, False]
     assert kernels.tasks_changed(a, a.clone()).tolist() == [False, False, False, True, False, False]
+
+
+THREADS_PROBE = """
+import os, torch
+from ktframe.fast import kernels
+assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
+q, k = torch.rand(64, 600, 3), torch.rand(64, 30, 3)
+found = kernels.argmax_dot(q, k, 2.0, -1.0, values=q)
+print(torch.get_num_threads(), kernels._thread_count(q.numel() * 30), kernels._thread_count(10), int(found.sizes.sum()))
+"""
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_kernels_take_pytorchs_thread_budget_and_leave_it_as_it_was(budget):
+    # A fresh process: numba's pool starts once per process, and starting it sets the OpenMP
+    # runtime's thread count, which PyTorch shares; a multirun's --jobs set OMP_NUM_THREADS.
+    env = {**os.environ, "OMP_NUM_THREADS": str(budget), "NUMBA_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", THREADS_PROBE], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    torch_threads, large, small, assigned = map(int, done.stdout.split())
+    assert (torch_threads, large, small, assigned) == (budget, budget, 1, 64 * 600)
+
+
+def test_small_kernels_run_on_the_calling_thread_and_large_ones_on_pytorchs_threads():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert kernels._thread_count(1 << 24) == 1
+        torch.set_num_threads(2)
+        assert kernels._thread_count(kernels.SERIAL_WORK - 1) == 1
+        assert kernels._thread_count(1 << 24) == min(2, numba.config.NUMBA_NUM_THREADS)
+    finally:
+        torch.set_num_threads(before)

@@ -20,11 +20,15 @@
 On finite inputs they compute what their PyTorch counterparts compute (sums in another order).
 They run on CPU tensors of float32 or float64 that need no gradient; :func:`usable` says when,
 and ``KTFRAME_NO_KERNELS=1`` turns them off (PyTorch's own ops are used then, as on a GPU).
+They use as many threads as PyTorch does (``torch.set_num_threads``, ``OMP_NUM_THREADS``), and
+one for small work (:func:`_thread_count`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import numba
@@ -51,6 +55,44 @@ def usable(*tensors: torch.Tensor) -> bool:
 
 def _array(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()
+
+
+# --- threads ----------------------------------------------------------------------------------
+
+# Below this much work (about one unit per number read or multiplied) a kernel runs on the calling
+# thread: waking the pool costs more than the work and, on a machine busy with other processes, a
+# woken thread can wait a whole scheduler slice (tens of milliseconds) for a core.
+SERIAL_WORK = 1 << 16
+
+
+@functools.cache
+def _start_pool() -> None:
+    # numba's OpenMP layer sets the thread count of the process's OpenMP runtime, which PyTorch
+    # shares, when its pool starts: PyTorch's is put back, so that a kernel never changes how
+    # many threads the host's PyTorch uses.
+    budget = torch.get_num_threads()
+    numba.get_num_threads()
+    torch.set_num_threads(budget)
+
+
+def _thread_count(work: int) -> int:
+    """How many threads a kernel of ``work`` runs on: as many as PyTorch uses (the process's
+    budget: ``torch.set_num_threads``, ``OMP_NUM_THREADS``; a multirun's ``--jobs`` share the
+    cores by it), at most numba's pool, and one for less than ``SERIAL_WORK``."""
+    _start_pool()
+    return 1 if work < SERIAL_WORK else max(1, min(numba.config.NUMBA_NUM_THREADS, torch.get_num_threads()))
+
+
+@contextlib.contextmanager
+def _using(threads: int) -> Iterator[None]:
+    """The numba kernels called inside run on ``threads`` threads (numba's setting is the calling
+    thread's own)."""
+    previous = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
 
 
 # --- arg-max ----------------------------------------------------------------------------------
@@ -95,7 +137,8 @@ def argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         flat = flat.contiguous()
     index = torch.empty(flat.shape[0], dtype=torch.int64)
     count = torch.empty(flat.shape[0], dtype=torch.int64)
-    _argmax_rows(_array(flat), index.numpy(), count.numpy())
+    with _using(_thread_count(flat.numel())):
+        _argmax_rows(_array(flat), index.numpy(), count.numpy())
     return count.view(logits.shape[:-1]), index.view(logits.shape[:-1])
 
 
@@ -504,7 +547,8 @@ def argmax_dot(
     # Tiles are dealt to slots, one slot per thread: a task of one tile sums into its own
     # rows of the sums, and large tasks spread over several slots sum into partial sums per
     # slot, added up in slot order at the end: which thread ran a slot never changes a result.
-    slots = min(B * chunks, numba.get_num_threads())
+    threads = _thread_count(B * m * n * d)
+    slots = min(B * chunks, threads)
     parts = 0 if values is None else 1 if chunks == 1 else slots
     f = 0 if values is None else values.shape[-1]
     sums = np.zeros(parts * B * n * f, dtype=dtype)
@@ -528,11 +572,12 @@ def argmax_dot(
     a, b = dtype.type(a), dtype.type(b)
     work = (index.numpy(), _skipped(skip, B), tile, slots, tally, write)
     if direct:
-        undecided = _argmax_direct(_array(q), keys, a, b, bounds, exact, *work)
+        with _using(threads):
+            undecided = _argmax_direct(_array(q), keys, a, b, bounds, exact, *work)
     else:
         bias, reach = _key_terms(keys, b)
         keys = np.concatenate([keys, bias[..., None]], axis=-1)
-        with _blas_controller().limit(limits=1, user_api="blas"):
+        with _blas_controller().limit(limits=1, user_api="blas"), _using(threads):
             undecided = _argmax_gemm(*_flat(q), B, m, d, keys, a, reach, bounds, exact, *work)
     moved = moved if tracking else None
     if values is None:
@@ -608,13 +653,16 @@ def add_sparse_key_sums(k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, mass
     if e == 0 or v.shape[-1] == 0:  # nothing to vectorise over: the product handles it
         return False
     # Tasks are summed in parallel; a task's rows are split only where there are fewer tasks than threads.
-    split = max(1, min(n, -(-numba.get_num_threads() // B)))
+    threads = _thread_count(B * n * e)
+    split = max(1, min(n, -(-threads // B)))
     partial_kv = np.zeros((split, *kv.shape), dtype=_array(kv).dtype)
     partial_mass = np.zeros((split, *mass.shape), dtype=_array(mass).dtype)
     budget = 2 * (-(-n // split))
     keys, key_strides = _flat(k)
     values, value_strides = _flat(v)
-    if not _sparse_key_sums(keys, key_strides, values, value_strides, B, n, e, v.shape[-1], partial_kv, partial_mass, budget):
+    with _using(threads):
+        sparse = _sparse_key_sums(keys, key_strides, values, value_strides, B, n, e, v.shape[-1], partial_kv, partial_mass, budget)
+    if not sparse:
         return False
     kv.add_(torch.from_numpy(partial_kv.sum(axis=0)))
     mass.add_(torch.from_numpy(partial_mass.sum(axis=0)))
@@ -677,8 +725,10 @@ def cluster_attention(
     two for the queries and a division; ``out`` may overlap ``own`` row for row. Tasks marked
     in ``skip`` (B,) are left as they are."""
     if out.numel():
-        workers = min(q.shape[0], numba.get_num_threads())
-        _cluster_attention(_array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), _skipped(skip, q.shape[0]), workers)
+        threads = _thread_count(q.numel() + keys.numel() + sums.numel())
+        workers = min(q.shape[0], threads)
+        with _using(threads):
+            _cluster_attention(_array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), _skipped(skip, q.shape[0]), workers)
 
 
 # --- gathering value rows ---------------------------------------------------------------------
@@ -712,7 +762,8 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> 
         return
     values, value_strides = _flat(table)
     target, target_strides = _flat(out)
-    _gather_rows(values, value_strides, _array(index), target, target_strides, B, m, e)
+    with _using(_thread_count(out.numel())):
+        _gather_rows(values, value_strides, _array(index), target, target_strides, B, m, e)
 
 
 # --- which tasks changed ----------------------------------------------------------------------
