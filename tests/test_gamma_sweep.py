@@ -4,6 +4,7 @@ tiny grid, its tasks, its grids and its bad input."""
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
 import subprocess
@@ -120,8 +121,11 @@ def test_a_stopped_sweep_goes_on_with_resume_to_the_same_files(tmp_path):
         ("--grid", "tiny.yaml"): "cut holds an unfinished sweep; expected --resume to continue it, or another --out",
         ("--grid", "tiny.yaml", "--resume", "--seed", "1"): "--resume: the sweep in cut was started with seed 0; expected the options it was started with",
         ("--grid", "quick", "--resume"): "was started with another grid",
+        ("--grid", "tiny.yaml", "--resume"): "cut: another gamma-sweep is writing this sweep; expected one process per sweep",
     }
-    with ThreadPoolExecutor(len(refusals)) as pool:  # each start of the CLI costs seconds, mostly importing
+    # The lock that a sweep still running holds on its journal.
+    with journal.open() as held, ThreadPoolExecutor(len(refusals)) as pool:  # each start of the CLI costs seconds, mostly importing
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         refused = dict(zip(refusals, pool.map(lambda args: ktframe_cli("gamma-sweep", "--out", "cut", *args, cwd=tmp_path), refusals)))
     for args, message in refusals.items():
         done = refused[args]

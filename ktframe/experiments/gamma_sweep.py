@@ -15,6 +15,7 @@ ends, so that one stopped goes on where it was (:class:`Journal`).
 from __future__ import annotations
 
 import csv
+import fcntl
 import inspect
 import io
 import json
@@ -288,10 +289,12 @@ class Journal:
     def __init__(self, folder: Path):
         self.folder = folder
         self.settings_path, self.rows_path = folder / SETTINGS, folder / PARTIAL
+        self.rows_file: io.TextIOBase | None = None  # open, and locked, while this process writes the sweep
 
     def open(self, settings: dict, chosen: Grid, resume: bool) -> dict[Batch, list[dict]]:
         """Start a sweep of ``settings`` (JSON values) here or, with ``resume``, go on with the one
-        that is; the rows of the batches already done. Checked before anything is written."""
+        that is; the rows of the batches already done. Checked before anything is written; the
+        rows file stays locked, so that a second process cannot write the same sweep."""
         if resume and not self.settings_path.is_file():
             raise InputError(f"--resume: {self.folder} holds no unfinished sweep; expected the --out of a sweep that was stopped")
         if not resume and self.settings_path.exists():
@@ -304,11 +307,17 @@ class Journal:
                     raise InputError(f"--resume: the sweep in {self.folder} was started with {was}; expected the options it was started with")
         check_folder(self.folder)
         if not resume:
-            write_atomically(self.settings_path, json.dumps(settings, indent=1).encode())
             write_atomically(self.rows_path, to_csv([]).encode())
-            return {}
+            write_atomically(self.settings_path, json.dumps(settings, indent=1).encode())
+        self.rows_file = open(self.rows_path, "a+")
+        try:
+            fcntl.flock(self.rows_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.rows_file.close()
+            raise InputError(f"{self.folder}: another gamma-sweep is writing this sweep; expected one process per sweep") from None
         done = self.done(chosen)
-        write_atomically(self.rows_path, to_csv([row for rows in done.values() for row in rows]).encode())  # whole batches only
+        self.rows_file.truncate(0)  # whole batches only: a batch cut short runs again
+        self._write(to_csv([row for rows in done.values() for row in rows]))
         return done
 
     def done(self, chosen: Grid) -> dict[Batch, list[dict]]:
@@ -335,14 +344,24 @@ class Journal:
         return rows
 
     def append(self, rows: list[dict]) -> None:
-        with open(self.rows_path, "a") as out:
-            out.write(to_csv(rows, header=False))
-            out.flush()
-            os.fsync(out.fileno())
+        self._write(to_csv(rows, header=False))
 
-    def close(self) -> None:
+    def _write(self, text: str) -> None:
+        self.rows_file.write(text)
+        self.rows_file.flush()
+        os.fsync(self.rows_file.fileno())
+
+    def finish(self) -> None:
+        """The sweep's own files are written: the journal goes."""
         self.rows_path.unlink()
         self.settings_path.unlink()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.rows_file is not None:  # the lock goes with it, even if the sweep was stopped
+            self.rows_file.close()
 
 
 def run(
@@ -364,14 +383,14 @@ def run(
     if seed < 0:
         raise InputError(f"--seed {seed}: expected a seed >= 0")
     settings = json.loads(json.dumps({"variant": variant, "grid": {axis: list(getattr(chosen, axis)) for axis in AXES}, "seed": seed, "dtype": str(dtype)}))
-    journal = Journal(folder)
-    done = journal.open(settings, chosen, resume)
-    progress(sum(len(rows) for rows in done.values()))
-    for rows in sweep(variant, chosen, seed=seed, dtype=dtype, done=done):
-        journal.append(rows)
-        progress(len(rows))
-    # Every row as the journal holds it (nine digits), whether this process computed it or not.
-    rows = [row for rows in journal.done(chosen).values() for row in rows]
-    paths = write(rows, chosen, folder)
-    journal.close()
+    with Journal(folder) as journal:
+        done = journal.open(settings, chosen, resume)
+        progress(sum(len(rows) for rows in done.values()))
+        for rows in sweep(variant, chosen, seed=seed, dtype=dtype, done=done):
+            journal.append(rows)
+            progress(len(rows))
+        # Every row as the journal holds it (nine digits), whether this process computed it or not.
+        rows = [row for rows in journal.done(chosen).values() for row in rows]
+        paths = write(rows, chosen, folder)
+        journal.finish()
     return rows, paths
