@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import functools
 import inspect
 import io
 import json
@@ -182,13 +183,14 @@ def run_batch(batch: Batch, models: dict[float, torch.nn.Module], seed: int, dty
 def sweep(variant: str, chosen: Grid, *, seed: int = 0, dtype: torch.dtype = torch.float32, done: Collection[Batch] = ()) -> Iterator[list[dict]]:
     """The rows (``COLUMNS``) of each batch of ``chosen`` but those ``done``, batch by batch."""
     check_variant(variant)
-    models: dict[tuple[int, int], dict[float, torch.nn.Module]] = {}
+
+    @functools.lru_cache(maxsize=1)  # the same for every n and scale, and the batches come k and d at a time
+    def models(k: int, d: int) -> dict[float, torch.nn.Module]:
+        return {gamma: _model(variant, d, k, gamma, dtype) for gamma in chosen.gamma}
+
     for batch in batches(chosen):
-        if batch in done:
-            continue
-        if (batch.k, batch.d) not in models:  # the same for every n and scale
-            models = {(batch.k, batch.d): {gamma: _model(variant, batch.d, batch.k, gamma, dtype) for gamma in chosen.gamma}}
-        yield run_batch(batch, models[batch.k, batch.d], seed, dtype)
+        if batch not in done:
+            yield run_batch(batch, models(batch.k, batch.d), seed, dtype)
 
 
 def to_csv(rows: list[dict], header: bool = True) -> str:
