@@ -46,6 +46,23 @@ def test_a_tiny_grid_end_to_end(tmp_path):
     assert set(summary["median_delta_by_gamma"]) == {"1.0", "100.0"}
     assert not [p for p in (tmp_path / "sweep").iterdir() if p.name.startswith(".")]  # no temporary file left
 
+    # The finished sweep against another in the authors' format: theirs 0.5 higher everywhere,
+    # one cell empty and one NaN there (as clusters that emptied leave them).
+    authors = ["Clusters,Iteration,Dimensions,Gamma,Points,Loss,Scale"]
+    for i, r in enumerate(rows):
+        loss = "" if i == 0 else "nan" if i == 1 else repr(float(r["delta"]) + 0.5)
+        authors.append(f"{r['k']},-1,{r['d']},{r['gamma']},{r['n']},{loss},{r['scale']}")
+    (tmp_path / "authors.csv").write_text("\n".join(authors) + "\n")
+    redone = ktframe_cli("gamma-sweep", "--from", "sweep/gamma-sweep.csv", "--against", "authors.csv", "--out", "again", "--json", cwd=tmp_path)
+    assert redone.returncode == 0, redone.stderr
+    comparison = json.loads(redone.stdout)["against"]
+    assert (comparison["cells"], comparison["shared"]) == (32, 30)
+    for axis in ("by_gamma", "by_scale", "by_k"):
+        ours, theirs = comparison[axis]["ours"], comparison[axis]["theirs"]
+        assert ours.keys() == theirs.keys() and all(math.isclose(theirs[key], ours[key] + 0.5, abs_tol=1e-6) for key in ours)
+    assert (tmp_path / "again" / "gamma-sweep.csv").read_bytes() == (tmp_path / "sweep" / "gamma-sweep.csv").read_bytes()
+    assert "| ktframe |" in (tmp_path / "again" / "gamma-sweep-against.md").read_text()
+
 
 def test_the_tasks_follow_the_papers_protocol():
     generator = torch.Generator().manual_seed(0)
@@ -83,10 +100,14 @@ def test_soft_with_identity_resets_is_soft_with_attention_resets():
         (["--out", "a-file/sweep"], "a-file/sweep: cannot write there"),  # a folder that cannot be made, even by root
         (["--seed", "-1"], "--seed -1: expected a seed >= 0"),
         (["--resume"], "--resume: gamma-sweep holds no unfinished sweep"),
+        (["--from", "bad.csv"], "bad.csv: expected a CSV whose header is k,d,n,scale,gamma,delta"),
+        (["--from", "bad.csv", "--resume"], "--from takes a finished sweep and --resume goes on with an unfinished one"),
+        (["--against", "bad.csv"], "bad.csv: expected the columns k,d,n,scale,gamma,delta (a gamma-sweep.csv) or Clusters,Dimensions,Points,Scale,Gamma,Loss"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
     (tmp_path / "bad.yaml").write_text("k: [2]\nd: [1]\n")
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     (tmp_path / "a-file").write_text("not a folder")
     before = sorted(p.name for p in tmp_path.rglob("*"))
     done = ktframe_cli("gamma-sweep", *args, cwd=tmp_path)

@@ -9,7 +9,11 @@ from pathlib import Path
 
 def add_parser(commands) -> None:
     p = commands.add_parser("report", help="aggregate the training runs below a folder: mean, spread and 95 %% interval over runs")
-    p.add_argument("path", metavar="PATH", help="a run folder (one holding summary.json), an evaluation folder (eval.json from ktframe eval --out), or a folder holding such folders at any depth")
+    p.add_argument(
+        "path",
+        metavar="PATH",
+        help="a run folder (one holding summary.json), an evaluation folder (eval.json from ktframe eval --out), or a folder holding such folders at any depth",
+    )
     p.add_argument("--out", metavar="DIR", help="folder for report.json, report.md and report.png (default: PATH)")
     p.add_argument(
         "--by", metavar="KEYS", default="",

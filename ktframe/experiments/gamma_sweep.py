@@ -208,6 +208,94 @@ def _parse(values: list[str]) -> dict:
     return {"k": k, "d": d, "n": n, "scale": scale, "gamma": float(values[4]), "delta": float(values[5])}
 
 
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a finished sweep's ``gamma-sweep.csv``."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot be read ({exc}); expected the gamma-sweep.csv of a finished sweep") from None
+    if not lines or lines[0] != ",".join(COLUMNS):
+        raise InputError(f"{path}: expected a CSV whose header is {','.join(COLUMNS)}, as gamma-sweep writes it")
+    rows = []
+    for number, line in enumerate(lines[1:], start=2):
+        try:
+            rows.append(_parse(line.split(",")))
+        except (ValueError, IndexError):
+            raise InputError(f"{path}: line {number} is not k,d,n,scale (integers), gamma, delta (numbers): {line!r}") from None
+    if not rows:
+        raise InputError(f"{path}: no rows; expected the gamma-sweep.csv of a finished sweep")
+    return rows
+
+
+def grid_of(rows: list[dict]) -> Grid:
+    """The grid whose axes hold the values that ``rows`` take."""
+    return Grid(**{axis: tuple(sorted({row[axis] for row in rows})) for axis in AXES})
+
+
+# The authors' sweep (klic_parameter_sweep.csv of github.com/rithram/kmeans-trf) names the columns so.
+AUTHORS_COLUMNS = {"k": "Clusters", "d": "Dimensions", "n": "Points", "scale": "Scale", "gamma": "Gamma", "delta": "Loss"}
+
+
+def read_other(path: Path) -> dict[tuple, float]:
+    """Another sweep's deltas by cell ``(k, d, n, scale, gamma)``: a gamma-sweep.csv, or the
+    authors' published sweep (columns ``Clusters, Dimensions, Points, Scale, Gamma, Loss``). An
+    empty or NaN delta (a cluster that emptied, in the authors' rows) is left out."""
+    try:
+        with path.open(newline="") as handle:
+            table = list(csv.DictReader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"{path}: cannot be read ({exc}); expected a CSV of a sweep") from None
+    names = next((names for names in (dict(zip(COLUMNS, COLUMNS)), AUTHORS_COLUMNS) if table and set(names.values()) <= set(table[0])), None)
+    if names is None:
+        raise InputError(f"{path}: expected the columns {','.join(COLUMNS)} (a gamma-sweep.csv) or {','.join(AUTHORS_COLUMNS.values())} (the authors' sweep)")
+    cells = {}
+    for number, row in enumerate(table, start=2):
+        try:
+            cell = tuple(int(float(row[names[axis]])) for axis in AXES[:4]) + (float(row[names["gamma"]]),)
+            delta = float(row[names["delta"]]) if row[names["delta"]].strip() else math.nan
+        except (TypeError, ValueError):
+            raise InputError(f"{path}: line {number} holds a cell that is not numbers: {row}") from None
+        if math.isfinite(delta):
+            cells[cell] = delta
+    return cells
+
+
+def against(rows: list[dict], other: dict[tuple, float]) -> dict:
+    """Medians of delta by γ, by scale and by k, for ``rows`` and for ``other`` over the cells
+    that both hold; how many of ``rows``' cells ``other`` lacks (or holds as NaN)."""
+    shared = [row for row in rows if _cell(row) in other]
+    theirs = [{**row, "delta": other[_cell(row)]} for row in shared]
+    return {
+        "cells": len(rows),
+        "shared": len(shared),
+        **{f"by_{axis}": {"ours": medians(shared, axis), "theirs": medians(theirs, axis)} for axis in ("gamma", "scale", "k")},
+    }
+
+
+def _cell(row: dict) -> tuple:
+    return tuple(row[axis] for axis in AXES)
+
+
+def against_markdown(comparison: dict, other: Path) -> str:
+    """The comparison as Markdown tables: ktframe's medians beside the other sweep's."""
+    lines = [
+        f"# gamma-sweep against {other.name}",
+        "",
+        f"{comparison['shared']} of {comparison['cells']} cells in both (the others are missing, empty or NaN in {other.name}); median delta:",
+    ]
+    for axis in ("gamma", "scale", "k"):
+        table = comparison[f"by_{axis}"]
+        keys = list(table["ours"])
+        lines += [
+            "",
+            "| " + " | ".join([axis, *(f"{key:g}" for key in keys)]) + " |",
+            "|---" * (len(keys) + 1) + "|",
+            "| " + " | ".join(["ktframe", *(f"{table['ours'][key]:+.4f}" for key in keys)]) + " |",
+            "| " + " | ".join([other.name, *(f"{table['theirs'][key]:+.4f}" for key in keys)]) + " |",
+        ]
+    return "\n".join(lines) + "\n"
+
+
 def medians(rows: list[dict], by: str) -> dict[float, float]:
     """The median delta for each value of the axis ``by``."""
     values: dict[float, list[float]] = {}
