@@ -88,6 +88,9 @@ def _using(threads: int) -> Iterator[None]:
     """The numba kernels called inside run on ``threads`` threads (numba's setting is the calling
     thread's own)."""
     previous = numba.get_num_threads()
+    if previous == threads:  # most calls: each set costs microseconds, a few dozen of them per fit
+        yield
+        return
     numba.set_num_threads(threads)
     try:
         yield
