@@ -91,29 +91,46 @@ def test_soft_with_identity_resets_is_soft_with_attention_resets():
             assert torch.equal(plain(X, X[:, :4]).trajectory, identity(X, X[:, :4]).trajectory)
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--grid", "huge"], "unknown grid 'huge'; expected one of: paper, quick, or a YAML file"),
-        (["--variant", "nosuch"], "nosuch"),
-        (["--grid", "bad.yaml"], "grid file bad.yaml: expected exactly the axes k, d, n, scale, gamma"),
-        (["--out", "a-file/sweep"], "a-file/sweep: cannot write there"),  # a folder that cannot be made, even by root
-        (["--seed", "-1"], "--seed -1: expected a seed >= 0"),
-        (["--resume"], "--resume: gamma-sweep holds no unfinished sweep"),
-        (["--from", "bad.csv"], "bad.csv: expected a CSV whose header is k,d,n,scale,gamma,delta"),
-        (["--from", "bad.csv", "--resume"], "--from takes a finished sweep and --resume goes on with an unfinished one"),
-        (["--against", "bad.csv"], "bad.csv: expected the columns k,d,n,scale,gamma,delta (a gamma-sweep.csv) or Clusters,Dimensions,Points,Scale,Gamma,Loss"),
-    ],
-)
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
-    (tmp_path / "bad.yaml").write_text("k: [2]\nd: [1]\n")
-    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
-    (tmp_path / "a-file").write_text("not a folder")
-    before = sorted(p.name for p in tmp_path.rglob("*"))
-    done = ktframe_cli("gamma-sweep", *args, cwd=tmp_path)
+BAD_INPUT = {
+    "unknown grid": (["--grid", "huge"], "unknown grid 'huge'; expected one of: paper, quick, or a YAML file"),
+    "unknown variant": (["--variant", "nosuch"], "nosuch"),
+    "grid file": (["--grid", "bad.yaml"], "grid file bad.yaml: expected exactly the axes k, d, n, scale, gamma"),
+    "unwritable": (["--out", "a-file/sweep"], "a-file/sweep: cannot write there"),  # a folder that cannot be made, even by root
+    "seed": (["--seed", "-1"], "--seed -1: expected a seed >= 0"),
+    "nothing to resume": (["--resume"], "--resume: gamma-sweep holds no unfinished sweep"),
+    "from": (["--from", "bad.csv"], "bad.csv: expected a CSV whose header is k,d,n,scale,gamma,delta"),
+    "from and resume": (["--from", "bad.csv", "--resume"], "--from takes a finished sweep and --resume goes on with an unfinished one"),
+    "against": (
+        ["--against", "bad.csv"],
+        "bad.csv: expected the columns k,d,n,scale,gamma,delta (a gamma-sweep.csv) or Clusters,Dimensions,Points,Scale,Gamma,Loss",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess, list[str], list[str]]]:
+    """Every BAD_INPUT case in a folder of its own, run all at once (each start of the CLI costs
+    seconds, mostly importing): what it did, and the folder's files before and after."""
+
+    def attempt(case: str):
+        folder = tmp_path_factory.mktemp(case.replace(" ", "-"))
+        (folder / "bad.yaml").write_text("k: [2]\nd: [1]\n")
+        (folder / "bad.csv").write_text("a,b\n1,2\n")
+        (folder / "a-file").write_text("not a folder")
+        before = sorted(p.name for p in folder.rglob("*"))
+        done = ktframe_cli("gamma-sweep", *BAD_INPUT[case][0], cwd=folder)
+        return done, before, sorted(p.name for p in folder.rglob("*"))
+
+    with ThreadPoolExecutor(len(BAD_INPUT)) as pool:
+        return dict(zip(BAD_INPUT, pool.map(attempt, BAD_INPUT)))
+
+
+@pytest.mark.parametrize("case", BAD_INPUT)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(refused, case):
+    done, before, after = refused[case]
     assert done.returncode == 2
-    assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr and "Traceback" not in done.stderr
-    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    assert len(done.stderr.strip().splitlines()) == 1 and BAD_INPUT[case][1] in done.stderr and "Traceback" not in done.stderr
+    assert after == before
 
 
 def test_a_stopped_sweep_goes_on_with_resume_to_the_same_files(tmp_path):
