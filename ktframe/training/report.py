@@ -239,8 +239,8 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         lines += ["| metric | mean ± std | 95 % interval | n |", "|---|---|---|---|"]
         lines += [f"| {name} | {s['mean']:.4f} ± {s['std']:.4f} | {_interval(s['ci95'])} | {s['n']} |" for name, s in report["metrics"].items()]
     else:
-        lines.append("No finite val/ metric was found.")
-    lines += ["", "## Evaluation: mean log objective at the last step (eval/eval.json)", ""]
+        lines.append("No finite val/ metric was found (an evaluation folder, from ktframe eval --out, has none).")
+    lines += ["", "## Evaluation: mean log objective at the last step (a run's eval/eval.json, an evaluation folder's eval.json)", ""]
     if report["eval"]:
         lines += ["| init | n | k | method | mean ± std | 95 % interval | runs |", "|---|---|---|---|---|---|---|"]
         lines += [
