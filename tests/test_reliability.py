@@ -156,6 +156,21 @@ def test_a_run_resumed_at_step_20_is_bit_identical_to_the_straight_run(tmp_path,
     assert_same_training_state(tmp_path / "runs" / "r", uninterrupted[0])
 
 
+def test_a_stopped_multirun_goes_on_job_by_job_with_resume_auto(tmp_path, uninterrupted):
+    # A sweep stopped after 20 of its 40 steps and launched again with resume=auto: each job goes
+    # on in its own run folder. Both jobs train the same seed (the swept key is a note), so each
+    # must end as the run that was never stopped.
+    sweep = ("-m", "--jobs", "2", "name=sw", "logger.notes=a,b")
+    jobs = [tmp_path / "runs" / "sw" / job for job in ("0", "1")]
+    ok(run_cli(fit_args(tmp_path / "runs", *sweep, "trainer.max_steps=20"), tmp_path, env=ONE_THREAD))
+    run_ids = [summary(job)["run_id"] for job in jobs]
+    ok(run_cli(fit_args(tmp_path / "runs", *sweep, "resume=auto"), tmp_path, env=ONE_THREAD))
+    for job, run_id in zip(jobs, run_ids):
+        assert (summary(job)["run_id"], summary(job)["global_step"]) == (run_id, 40)  # went on, not started again
+        assert [step for step, _ in logged(csv_rows(job), "val/ratio")] == [9, 19, 29, 39]
+        assert_same_training_state(job, uninterrupted[0])
+
+
 def test_a_sigkilled_fit_resumes_from_its_last_checkpoint_to_the_same_end(tmp_path, uninterrupted):
     ref = uninterrupted[0]
     run_dir = tmp_path / "runs" / "crash"
