@@ -144,6 +144,10 @@ class Batch:
     n: int
     scales: tuple[int, ...]
 
+    def cells(self, gammas: tuple[float, ...]) -> list[tuple]:
+        """Its cells ``(k, d, n, scale, gamma)`` at each of ``gammas``, in the order of its rows."""
+        return [(self.k, self.d, self.n, scale, gamma) for gamma in gammas for scale in self.scales]
+
 
 def batches(chosen: Grid) -> list[Batch]:
     """The grid's batches, in order. They depend on the grid alone, so that a resumed sweep runs
@@ -413,10 +417,10 @@ class Journal:
     def done(self, chosen: Grid) -> dict[Batch, list[dict]]:
         """The batches whose every row is on disk, in the grid's order, with their rows (in the
         order the sweep gives them)."""
-        by_cell = {(r["k"], r["d"], r["n"], r["scale"], r["gamma"]): r for r in self._rows()}
+        by_cell = {_cell(row): row for row in self._rows()}
         done = {}
         for batch in batches(chosen):
-            rows = [by_cell.get((batch.k, batch.d, batch.n, scale, gamma)) for gamma in chosen.gamma for scale in batch.scales]
+            rows = [by_cell.get(cell) for cell in batch.cells(chosen.gamma)]
             if all(rows):
                 done[batch] = rows
         return done
