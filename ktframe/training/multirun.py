@@ -147,6 +147,20 @@ def _environment(parallel: int) -> dict[str, str]:
     return env
 
 
+def _finished(job: Job) -> dict | None:
+    """With ``resume=auto``, the summary of a job whose run already ended as this job would end
+    it (at its ``max_steps``, evaluated if ``eval.after_fit`` asks): resuming it would only load
+    its last checkpoint, train no step and evaluate it again. None otherwise."""
+    cfg = load_config(job.overrides)
+    summary = Path(job.run_dir) / "summary.json"
+    if cfg.resume != "auto" or not summary.is_file():
+        return None
+    done = json.loads(summary.read_text())
+    if done.get("global_step", -1) < cfg.trainer.max_steps or (cfg.eval.after_fit and "eval" not in done):
+        return None
+    return done
+
+
 def run(sweep: Sweep, parallel: int = 1, cli_flags: Sequence[str] = (), report: Callable[[str], None] = print) -> list[Job]:
     """Run every job (``parallel`` at a time); the failed ones."""
     sweep.folder.mkdir(parents=True, exist_ok=True)
@@ -156,14 +170,19 @@ def run(sweep: Sweep, parallel: int = 1, cli_flags: Sequence[str] = (), report: 
 
     def run_job(job: Job) -> Job:
         Path(job.run_dir).mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "ktframe.cli.main", *cli_flags, "fit", *job.overrides]
-        with open(Path(job.run_dir) / "fit.log", "w") as log:
-            job.returncode = subprocess.call(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
-        summary = Path(job.run_dir) / "summary.json"
-        job.status = "ok" if job.returncode == 0 and summary.is_file() else "failed"
-        if job.status == "ok":
-            job.summary = json.loads(summary.read_text())
+        done = _finished(job)
+        if done is None:
+            command = [sys.executable, "-m", "ktframe.cli.main", *cli_flags, "fit", *job.overrides]
+            with open(Path(job.run_dir) / "fit.log", "a") as log:  # a resumed job's log goes on
+                job.returncode = subprocess.call(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+            summary = Path(job.run_dir) / "summary.json"
+            job.status = "ok" if job.returncode == 0 and summary.is_file() else "failed"
+            if job.status == "ok":
+                job.summary = json.loads(summary.read_text())
+        else:
+            job.returncode, job.status, job.summary = 0, "ok", done
         outcome = f"best val/ratio {job.summary.get('best_val_ratio')}" if job.status == "ok" else f"FAILED (exit {job.returncode}; see {job.run_dir}/fit.log)"
+        outcome += " (finished before: not run again)" if done is not None else ""
         report(f"[{next(finished)}/{len(sweep.jobs)}] job {job.index} {job.label()}: {outcome}")
         return job
 
