@@ -11,6 +11,7 @@ import torch
 import ktframe
 from ktframe import fast
 from ktframe.fast import attention  # noqa: F401  (fast.attention, which only training imports otherwise)
+from ktframe.fast import model as fast_model
 from ktframe.plugin.manager import registry
 from ktframe.transformer import model
 
@@ -62,6 +63,23 @@ def test_the_fast_model_computes_the_plain_definition(name, options, dtype):
     # The fast path counts a task converged only where it can tell (a hard assignment by cluster),
     # never before the definition's streams stop changing.
     assert bool((got.n_iter >= want.n_iter).all()), (got.n_iter, want.n_iter)
+
+
+@pytest.mark.parametrize("unit", [True, False], ids=["one-hot-values", "dense-values"])
+def test_softmax_with_values_wider_than_its_queries_builds_the_weights_block_by_block(monkeypatch, unit):
+    # The path that a softmax head takes without autograd when its values are wider than its
+    # queries (the soft variant's point → center assignment: d-wide queries, k-wide one-hot
+    # values), in blocks of a few rows here, against softmax(a q·k + b‖k‖²) v built whole.
+    monkeypatch.setattr(fast_model, "CACHE_BLOCK", 3 * 7 * 4)  # 4 rows per block of 3 tasks × 7 keys
+    generator = torch.Generator().manual_seed(3)
+    q, k = torch.randn(3, 10, 2, generator=generator, dtype=torch.float64), torch.randn(3, 7, 2, generator=generator, dtype=torch.float64)
+    v = torch.eye(7, dtype=torch.float64).expand(3, 7, 7) if unit else torch.randn(3, 7, 7, generator=generator, dtype=torch.float64)
+    a, b = 2.0 * 5.0, -5.0  # -γ‖q − k‖² up to a constant per query, γ = 5
+    want = torch.softmax(a * q @ k.transpose(1, 2) + b * k.pow(2).sum(-1).unsqueeze(1), dim=-1) @ v
+    into = torch.full((3, 10, 9), math.nan, dtype=torch.float64)[..., 1:8]  # a slot of a wider stream
+    got = fast_model._softmax_rows(q, k, v, a, b, into)
+    assert got is into
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
 
 
 def test_a_converged_task_is_counted_alike_where_the_fast_path_can_tell():

@@ -10,6 +10,9 @@ What it changes, and why each is still the definition:
 - **Fused softmax.** A softmax head over a dot-product-form score runs through PyTorch's
   ``scaled_dot_product_attention``: ``−γ‖q − k‖²`` is ``2γ q·k − γ‖k‖²`` up to a constant per
   query, so the kernel gets scale ``2γ`` and the bias ``−γ‖k‖²`` as one more key coordinate.
+  Without autograd, values wider than the queries (one-hot center indices: k wide, against d + 1)
+  take the weights built block by block instead, which the kernel would reach by padding q and k
+  to the values' width.
 - **Fused arg-max.** An arg-max head over such a score runs through :func:`ktframe.fast.kernels.argmax_dot`,
   which reduces the logits tile by tile without building them; a query whose winner it cannot tell
   within a rounding bound (near ties, NaN) is decided by the map itself, as the definition does.
@@ -113,7 +116,7 @@ class FastAttentionHead(AttentionHead):
             if self.identity:
                 values = self.v(queries)
             elif self.fused:
-                values = self._fused(self.q(queries), k, v)
+                values = self._fused(self.q(queries), k, v, into)
             else:  # linear attention, which may write into its slot itself
                 return self._linear_attention(self.q(queries), k, v, queries, into)
             return values if into is None else into.copy_(values)
@@ -179,9 +182,11 @@ class FastAttentionHead(AttentionHead):
             return None
         return kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather, skip=skip, track_moved=track_moved)
 
-    def _fused(self, q, k, v):
+    def _fused(self, q, k, v, into=None):
         a, b = self.score.dot_product_form(self.gamma)
         f = v.shape[-1]
+        if f > q.shape[-1] + 1 and not torch.is_grad_enabled() and not (self.training and self.dropout.p > 0):
+            return _softmax_rows(q, k, v, a, b, into)
         if b:
             # The per-key bias b‖k‖² rides in one more coordinate: [q, 1]·[k, (b/a)‖k‖²]. As an
             # additive mask it would need a gradient, which sends PyTorch's CPU kernel down its
@@ -217,6 +222,24 @@ class FastAttentionHead(AttentionHead):
         return values if into is None else into.copy_(values)
 
 
+def _softmax_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: float, b: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``softmax(a q·k + b‖k‖²) v`` with the weights built, in blocks of ``CACHE_BLOCK``, for
+    values wider than the queries: the fused kernel would pad q and k to v's width, which
+    multiplies the cost of ``q kᵀ`` (a center's one-hot value row is k wide, its query d). Where
+    the value rows are the unit vectors (one-hot rows in key order), the weights are the output.
+    Written into ``out`` if given."""
+    B, m, _ = q.shape
+    n = k.shape[1]
+    unit = n == v.shape[-1] and torch.equal(v, torch.eye(n, dtype=v.dtype, device=v.device).expand_as(v))
+    bias = (b * k.pow(2).sum(-1)).unsqueeze(1)  # (B, 1, n), added to every query's logits
+    out = q.new_empty(B, m, v.shape[-1]) if out is None else out
+    step = max(1, CACHE_BLOCK // max(1, B * n))
+    for i in range(0, m, step):
+        weights = torch.baddbmm(bias, q[:, i : i + step], k.transpose(1, 2), alpha=a).softmax(dim=-1)
+        out[:, i : i + step] = weights if unit else torch.bmm(weights, v)
+    return out
+
+
 class KeyValueSums:
     """Running ``Σᵢ kᵢ vᵢᵀ`` (B, e, f) and ``Σᵢ kᵢ`` (B, e) over blocks of keys ``k`` (B, n, e) and
     values ``v`` (B, n, f): all that normalized linear attention reads of its keys.
@@ -229,13 +252,16 @@ class KeyValueSums:
     def __init__(self) -> None:
         self.kv: torch.Tensor | None = None
         self.mass: torch.Tensor | None = None
+        self.dense = False  # once a block's keys were found dense, the later ones go to the product
 
     def add(self, k: torch.Tensor, v: torch.Tensor) -> None:
         B, n, e = k.shape
         if self.kv is None:
             self.kv, self.mass = k.new_zeros(B, e, v.shape[-1]), k.new_zeros(B, e)
-        if kernels.usable(k, v, self.kv) and kernels.add_sparse_key_sums(k, v, self.kv, self.mass):
-            return
+        if not self.dense and kernels.usable(k, v, self.kv):
+            if kernels.add_sparse_key_sums(k, v, self.kv, self.mass):
+                return
+            self.dense = True
         step = max(1, CACHE_BLOCK // max(1, B * e))
         for i in range(0, n, step):
             keys = k[:, i : i + step]
