@@ -16,7 +16,7 @@ mkdir -p "$OUT"
 $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'benchmarks/gpu.sh needs a CUDA device; torch sees none')"
 $PY -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))" | tee "$OUT/device.txt"
 
-$PY -m pytest -m cuda -q -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.txt"
+$PY -m pytest -m cuda -n 0 -q -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.txt"
 
 for precision in 32-true bf16-mixed; do
   start=$(date +%s.%N)

@@ -1,5 +1,4 @@
-"""Experiments as researchers run them, on real processes: the wheel installed into a fresh
-virtual environment outside the checkout, multiruns, evaluation after training, ``ktframe report``,
+"""Experiments as researchers run them, on real processes (the wheel: test_wheel.py): multiruns, evaluation after training, ``ktframe report``,
 offline W&B runs read back from their own files, Lightning Trainer arguments, and the bad input of
 each (one line, exit 2, nothing written)."""
 
@@ -9,15 +8,13 @@ import ast
 import importlib.util
 import json
 import re
-import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
-from test_training import REPO, TINY, cli_env, csv_rows, fit, logged, ok, one_line_error, run_cli, summary
+from test_training import REPO, TINY, csv_rows, fit, logged, ok, one_line_error, run_cli, summary
 from wandb.sdk.launch.sweeps import utils as sweep_utils
 from wandb_records import records
 
@@ -38,68 +35,7 @@ def wandb_records(run_dir: Path) -> list:
 
 
 # --------------------------------------------------------------------------------------------------
-# 1. The wheel, installed outside the source tree
-
-
-@pytest.mark.slow
-def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
-    dist = tmp_path / "dist"
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(REPO), "-w", str(dist)], capture_output=True, text=True
-    )
-    assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = dist.glob("ktframe-*.whl")
-
-    # A fresh environment: no system site-packages, the dependencies as the wheel declares them.
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    python = env_dir / "bin" / "python"
-    installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "-c", str(REPO / ".ci" / "constraints.txt"), str(wheel)], capture_output=True, text=True
-    )
-    assert installed.returncode == 0, installed.stderr[-3000:]
-
-    work = tmp_path / "elsewhere"
-    work.mkdir()
-    env = {key: value for key, value in cli_env(work).items() if key != "PYTHONPATH"}
-
-    def ktframe(*args: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(env_dir / "bin" / "ktframe"), *args], cwd=work, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, f"ktframe {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}"
-        return done
-
-    where = subprocess.run([str(python), "-c", "import ktframe; print(ktframe.__file__)"], cwd=work, env=env, capture_output=True, text=True)
-    assert Path(where.stdout.strip()).is_relative_to(env_dir), where.stdout  # the installed copy, not the checkout
-
-    assert "paper-none, quick" in ktframe("fit", "--help").stdout  # the presets are inside the package
-    assert OmegaConf.create(ktframe("config", "show", "preset=paper").stdout).data.n == 512
-    fitted = ktframe(
-        "fit",
-        "name=w",
-        "trainer.max_steps=3",
-        "trainer.val_every=2",
-        "data.val_tasks=8",
-        "logger.kind=csv",
-        "trainer.progress_bar=false",
-        "eval.after_fit=true",
-        *SMALL_EVAL,
-    )
-    run_dir = work / "runs" / "w"
-    assert summary(run_dir)["global_step"] == 3, fitted.stdout
-    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
-    assert json.loads((run_dir / "eval" / "eval.json").read_text())["steps"] == 5
-    assert json.loads(ktframe("eval", str(run_dir / "checkpoints" / "best.ckpt"), *SMALL_EVAL, "--json").stdout)["tasks"] == 8
-    assert json.loads(ktframe("report", "runs", "--json").stdout)["runs"] == 1
-    variants = {v["name"] for v in json.loads(ktframe("plugins", "--json").stdout)["variants"]}
-    assert {"lloyd", "lloyd-dot", "soft", "spherical", "trimmed", "robust", "kmedoids"} <= variants
-    assert json.loads(ktframe("verify", "--n", "200", "--k", "3", "--layers", "3", "--gamma", "inf", "--dtype", "float64", "--json").stdout)["passed"]
-    (work / "points.csv").write_text("x,y\n" + "\n".join(f"{i % 7},{i % 5}" for i in range(40)) + "\n")
-    ktframe("cluster", "points.csv", "--k", "3", "--out", "labels.csv")
-    assert (work / "labels.csv").read_text().splitlines()[0] == "label"
-
-
-# --------------------------------------------------------------------------------------------------
-# 2. Every run ends validated and checkpointed
+# 1. Every run ends validated and checkpointed
 
 
 def test_a_run_whose_last_step_falls_between_validations_ends_validated_and_checkpointed(tmp_path):
@@ -118,7 +54,7 @@ def test_a_run_whose_last_step_falls_between_validations_ends_validated_and_chec
 
 
 # --------------------------------------------------------------------------------------------------
-# 3. Multirun, evaluation after training, report
+# 2. Multirun, evaluation after training, report
 
 
 @pytest.mark.slow
@@ -162,7 +98,7 @@ def test_a_failing_job_does_not_stop_the_others_and_is_named(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# 4. W&B a dashboard can use
+# 3. W&B a dashboard can use
 
 
 @pytest.mark.slow
@@ -226,7 +162,7 @@ def test_the_sweep_file_runs_as_wandb_agent_runs_it(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------------
-# 5. Lightning Trainer arguments, early stopping, --help
+# 4. Lightning Trainer arguments, early stopping, --help
 
 
 @pytest.mark.slow
@@ -261,7 +197,7 @@ def test_fit_help_lists_every_config_key_with_type_default_and_meaning(tmp_path)
 
 
 # --------------------------------------------------------------------------------------------------
-# 6. Bad input: one line, exit 2, nothing written
+# 5. Bad input: one line, exit 2, nothing written
 
 BAD = [
     pytest.param(["-m", "data.seed=0,,1"], "has an empty value", id="empty-item"),
