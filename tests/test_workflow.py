@@ -1,6 +1,6 @@
-"""Experiments as researchers run them, on real processes (the wheel: test_wheel.py): multiruns, evaluation after training, ``ktframe report``,
-offline W&B runs read back from their own files, Lightning Trainer arguments, and the bad input of
-each (one line, exit 2, nothing written)."""
+"""Experiments as researchers run them, on real processes (the installed wheel: test_wheel.py):
+multiruns, evaluation after training, ``ktframe report``, offline W&B runs read back from their own
+files, Lightning Trainer arguments, and the bad input of each (one line, exit 2, nothing written)."""
 
 from __future__ import annotations
 
