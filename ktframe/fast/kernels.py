@@ -325,6 +325,16 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
 
 
 @njit(inline="always", cache=True, nogil=True)
+def _share(worker, workers, total):
+    # The items of slot `worker` among `workers`: a contiguous run of the `total`, so that
+    # neighbouring items, whose outputs (a task's sums, its `moved` flag) may share a cache
+    # line, go to the same thread; dealt out one by one, two threads writing neighbours would
+    # pass that line to and fro.
+    per = (total + workers - 1) // workers
+    return range(worker * per, min(total, (worker + 1) * per))
+
+
+@njit(inline="always", cache=True, nogil=True)
 def _tile(t, chunks, chunk, m):
     # Tile number t, of `chunks` tiles per task: its task, first query and number of queries.
     b = t // chunks
@@ -336,7 +346,7 @@ def _tile(t, chunks, chunk, m):
 def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, tally, write):
     # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
     # the scores are summed here, a tile of `chunk` queries at a time, key by key across the
-    # tile's queries. Each of `workers` slots takes every workers-th tile, with scratch space of
+    # tile's queries. Each of `workers` slots takes a run of tiles (_share), with scratch space of
     # its own (many small tasks make many small tiles), and its own partial sums if there are
     # several (see argmax_dot). A tile's task's key terms are taken when the slot reaches it:
     # one pass over n × d keys beside the tile's rows × n × d products, and no call of its own.
@@ -357,7 +367,7 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
         margin = np.empty(chunk)
         hits = np.empty(chunk, np.int32)
         columns = np.empty(chunk, np.int32)
-        for t in range(worker, B * chunks, workers):
+        for t in _share(worker, workers, B * chunks):
             b, lo, rows = _tile(t, chunks, chunk, m)
             if skip[b]:
                 continue
@@ -409,7 +419,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, sk
         margin = np.empty(chunk)
         hits = np.empty(chunk, np.int32)
         columns = np.empty(chunk, np.int32)
-        for t in range(worker, B * chunks, workers):
+        for t in _share(worker, workers, B * chunks):
             b, lo, rows = _tile(t, chunks, chunk, m)
             if skip[b]:
                 continue
@@ -682,15 +692,15 @@ def _cluster_attention(q, keys, sums, sizes, own, out, skip, workers):
     # skipped, as in _sparse_key_sums: the keys and queries of the hand-built center update are
     # one-hot, and most of a product over them would add zeros. The task's keys are
     # read before any of its rows is written, and each row is read before it is written: out may
-    # be the very rows that own (or q) reads. Each of `workers` slots takes every workers-th
-    # task, with scratch space of its own (an allocation per task would cost more than its sums).
+    # be the very rows that own (or q) reads. Each of `workers` slots takes a run of tasks
+    # (_share), with scratch space of its own (an allocation per task would cost more than its sums).
     B, m, e = q.shape
     r, f = sums.shape[1], sums.shape[2]
     for worker in prange(workers):
         kv = np.empty((e, f), sums.dtype)
         mass = np.empty(e, sums.dtype)
         numerator = np.empty(f, sums.dtype)
-        for b in range(worker, B, workers):
+        for b in _share(worker, workers, B):
             if skip[b]:
                 continue
             kv[:] = 0
