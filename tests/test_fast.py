@@ -65,21 +65,34 @@ def test_the_fast_model_computes_the_plain_definition(name, options, dtype):
     assert bool((got.n_iter >= want.n_iter).all()), (got.n_iter, want.n_iter)
 
 
+@pytest.mark.parametrize("keys", [7, 20], ids=["short-rows", "long-rows"])  # below and above SHORT_ROW
 @pytest.mark.parametrize("unit", [True, False], ids=["one-hot-values", "dense-values"])
-def test_softmax_with_values_wider_than_its_queries_builds_the_weights_block_by_block(monkeypatch, unit):
+def test_softmax_with_values_wider_than_its_queries_builds_the_weights_block_by_block(monkeypatch, unit, keys):
     # The path that a softmax head takes without autograd when its values are wider than its
     # queries (the soft variant's point → center assignment: d-wide queries, k-wide one-hot
     # values), in blocks of a few rows here, against softmax(a q·k + b‖k‖²) v built whole.
-    monkeypatch.setattr(fast_model, "CACHE_BLOCK", 3 * 7 * 4)  # 4 rows per block of 3 tasks × 7 keys
+    monkeypatch.setattr(fast_model, "CACHE_BLOCK", 3 * keys * 4)  # 4 rows per block of 3 tasks
     generator = torch.Generator().manual_seed(3)
-    q, k = torch.randn(3, 10, 2, generator=generator, dtype=torch.float64), torch.randn(3, 7, 2, generator=generator, dtype=torch.float64)
-    v = torch.eye(7, dtype=torch.float64).expand(3, 7, 7) if unit else torch.randn(3, 7, 7, generator=generator, dtype=torch.float64)
+    q, k = torch.randn(3, 10, 2, generator=generator, dtype=torch.float64), torch.randn(3, keys, 2, generator=generator, dtype=torch.float64)
+    v = torch.eye(keys, dtype=torch.float64).expand(3, keys, keys) if unit else torch.randn(3, keys, keys, generator=generator, dtype=torch.float64)
     a, b = 2.0 * 5.0, -5.0  # -γ‖q − k‖² up to a constant per query, γ = 5
     want = torch.softmax(a * q @ k.transpose(1, 2) + b * k.pow(2).sum(-1).unsqueeze(1), dim=-1) @ v
-    into = torch.full((3, 10, 9), math.nan, dtype=torch.float64)[..., 1:8]  # a slot of a wider stream
+    into = torch.full((3, 10, keys + 2), math.nan, dtype=torch.float64)[..., 1 : keys + 1]  # a slot of a wider stream
     got = fast_model._softmax_rows(q, k, v, a, b, into)
     assert got is into
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("e, f", [(9, 3), (3, 9)], ids=["keys-wider", "values-wider"])
+def test_key_value_sums_of_dense_keys_match_the_product_in_either_orientation(monkeypatch, e, f):
+    # Dense keys (soft assignments) go to the batched product, block by block, summed into
+    # kv (B, e, f) or, where e > f, into its transpose: Σᵢ kᵢ vᵢᵀ and Σᵢ kᵢ either way.
+    monkeypatch.setattr(fast_model, "CACHE_BLOCK", 2 * e * 5)  # 5 rows per block of 2 tasks
+    generator = torch.Generator().manual_seed(e)
+    k, v = torch.rand(2, 23, e, generator=generator, dtype=torch.float64), torch.randn(2, 23, f, generator=generator, dtype=torch.float64)
+    kv, mass = fast_model.key_value_sums(k, v)
+    torch.testing.assert_close(kv, k.transpose(1, 2) @ v, rtol=0, atol=1e-12)
+    torch.testing.assert_close(mass, k.sum(dim=1), rtol=0, atol=1e-12)
 
 
 def test_a_converged_task_is_counted_alike_where_the_fast_path_can_tell():
