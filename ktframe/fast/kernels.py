@@ -14,6 +14,8 @@
 - :func:`cluster_attention`: normalized linear attention over keys summed by cluster (what the
   arg-max kernel's sums give the center update), written straight into a slot of the stream.
 - :func:`gather_rows`: value rows picked by index, written straight into a slot of the stream.
+- :func:`inertia`: the k-means objective of given labels, in one pass over the points (PyTorch
+  gathers an index as large as the points and takes three more passes).
 - :func:`tasks_changed`: which tasks' rows differ between two copies, in one pass (PyTorch takes
   a compare, a reduction and their temporaries).
 
@@ -777,6 +779,46 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> 
     target, target_strides = _flat(out)
     with _using(_thread_count(out.numel())):
         _gather_rows(values, value_strides, _array(index), target, target_strides, B, m, e)
+
+
+# --- the k-means objective of given labels ---------------------------------------------------------
+
+# Rows of one task that a slot sums at a time: enough to spread one large task over the threads.
+INERTIA_ROWS = 4096
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _inertia(X, C, labels, totals, chunks, workers):
+    # totals[slot, b] = Σ ‖X[b, i] − C[b, labels[b, i]]‖² over the rows of task b in the slot's
+    # run of (task, block of INERTIA_ROWS rows) items, in float64. A slot's partial sums are its
+    # own, added up in slot order by the caller: which thread ran a slot never changes a result.
+    B, m, d = X.shape
+    for worker in prange(workers):
+        for item in _share(worker, workers, B * chunks):
+            b = item // chunks
+            lo = (item - b * chunks) * INERTIA_ROWS
+            total = 0.0
+            for i in range(lo, min(m, lo + INERTIA_ROWS)):
+                j = labels[b, i]
+                for c in range(d):
+                    diff = np.float64(X[b, i, c]) - np.float64(C[b, j, c])
+                    total += diff * diff
+            totals[worker, b] += total
+
+
+def inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` float64: Σᵢ ‖X[b, i] − C[b, labels[b, i]]‖² of every task, for points ``X``
+    (B, m, d), centers ``C`` (B, n, d) and labels ``labels`` (B, m) in ``0 … n − 1``: one pass
+    over the points, summed in float64, where PyTorch gathers the labels' centers (an index as
+    large as X) and takes three more passes."""
+    B, m, d = X.shape
+    chunks = -(-m // INERTIA_ROWS)
+    threads = _thread_count(X.numel())
+    workers = min(B * chunks, threads)
+    totals = np.zeros((workers, B))
+    with _using(threads):
+        _inertia(_array(X), _array(C), _array(labels), totals, chunks, workers)
+    return torch.from_numpy(totals.sum(axis=0))
 
 
 # --- which tasks changed ----------------------------------------------------------------------

@@ -47,7 +47,9 @@ def nearest(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
 
 def inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """``(B,)``: Σ‖x − c[label]‖² in one O(n·d) pass over the points and their labels' centers,
-    block by block (no second copy of the data)."""
+    block by block (no second copy of the data); through the kernel, summed in float64."""
+    if kernels.usable(X, C):
+        return kernels.inertia(X, C, labels).to(X.dtype)
     B, n, d = X.shape
     step = max(1, BLOCK_ELEMENTS // (B * d))
     total = X.new_zeros(B)
