@@ -367,20 +367,28 @@ def test_gather_rows_into_a_slot_of_a_wider_tensor(dtype, B):
     assert torch.equal(tokens, untouched)
 
 
+@pytest.mark.parametrize("total, workers", [(10, 3), (5, 4), (7, 7), (1024, 2), (3, 1)])
+def test_slots_take_contiguous_runs_that_cover_every_item_once(total, workers):
+    runs = [list(kernels._share.py_func(w, workers, total)) for w in range(workers)]
+    assert [item for run in runs for item in run] == list(range(total))
+    assert all(len(run) <= -(-total // workers) for run in runs)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("B, m", [(1, 2 * kernels.INERTIA_ROWS + 5), (5, 30)], ids=["one-task-over-slots", "many-tasks"])
 def test_inertia_is_the_objective_of_the_labels_summed_in_float64(dtype, B, m):
+    # d = 8: one task of 8 197 points is enough work for two threads, three blocks between them.
     g = torch.Generator().manual_seed(B)
-    X, C = torch.randn(B, m, 3, generator=g, dtype=dtype) * 100, torch.randn(B, 6, 3, generator=g, dtype=dtype)
+    X, C = torch.randn(B, m, 8, generator=g, dtype=dtype) * 100, torch.randn(B, 6, 8, generator=g, dtype=dtype)
     labels = torch.randint(0, 6, (B, m), generator=g)
     want = (X.double() - C.double()[torch.arange(B).unsqueeze(-1), labels]).square().sum(dim=(1, 2))
     got = kernels.inertia(X, C, labels)
     assert got.dtype == torch.float64 and got.shape == (B,)
     torch.testing.assert_close(got, want, rtol=1e-13, atol=0)
     # Strided points (a slot of a token stream) read as they are.
-    tokens = torch.zeros(B, m, 7, dtype=dtype)
-    tokens[..., 2:5] = X
-    torch.testing.assert_close(kernels.inertia(tokens[..., 2:5], C, labels), want, rtol=1e-13, atol=0)
+    tokens = torch.zeros(B, m, 12, dtype=dtype)
+    tokens[..., 2:10] = X
+    torch.testing.assert_close(kernels.inertia(tokens[..., 2:10], C, labels), want, rtol=1e-13, atol=0)
 
 
 def test_gather_rows_refuses_an_out_with_strided_coordinates():
