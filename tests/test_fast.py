@@ -90,9 +90,15 @@ def test_key_value_sums_of_dense_keys_match_the_product_in_either_orientation(mo
     monkeypatch.setattr(fast_model, "CACHE_BLOCK", 2 * e * 5)  # 5 rows per block of 2 tasks
     generator = torch.Generator().manual_seed(e)
     k, v = torch.rand(2, 23, e, generator=generator, dtype=torch.float64), torch.randn(2, 23, f, generator=generator, dtype=torch.float64)
+    k.requires_grad_(), v.requires_grad_()  # a linear-attention head's key sums in training
     kv, mass = fast_model.key_value_sums(k, v)
-    torch.testing.assert_close(kv, k.transpose(1, 2) @ v, rtol=0, atol=1e-12)
-    torch.testing.assert_close(mass, k.sum(dim=1), rtol=0, atol=1e-12)
+    want_kv, want_mass = k.transpose(1, 2) @ v, k.sum(dim=1)
+    torch.testing.assert_close(kv, want_kv, rtol=0, atol=1e-12)
+    torch.testing.assert_close(mass, want_mass, rtol=0, atol=1e-12)
+    got = torch.autograd.grad(kv.square().sum() + mass.sum(), (k, v))
+    want = torch.autograd.grad(want_kv.square().sum() + want_mass.sum(), (k, v))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
 
 
 def test_a_converged_task_is_counted_alike_where_the_fast_path_can_tell():
