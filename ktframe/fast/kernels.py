@@ -795,10 +795,9 @@ def _inertia(X, C, labels, totals, chunks, workers):
     B, m, d = X.shape
     for worker in prange(workers):
         for item in _share(worker, workers, B * chunks):
-            b = item // chunks
-            lo = (item - b * chunks) * INERTIA_ROWS
+            b, lo, rows = _tile(item, chunks, INERTIA_ROWS, m)
             total = 0.0
-            for i in range(lo, min(m, lo + INERTIA_ROWS)):
+            for i in range(lo, lo + rows):
                 j = labels[b, i]
                 for c in range(d):
                     diff = np.float64(X[b, i, c]) - np.float64(C[b, j, c])
