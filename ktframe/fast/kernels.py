@@ -13,6 +13,8 @@
   instead of the O(n · e · f) dense product.
 - :func:`cluster_attention`: normalized linear attention over keys summed by cluster (what the
   arg-max kernel's sums give the center update), written straight into a slot of the stream.
+- :func:`hard_steps`: every step of Lloyd's hard-assignment layer (the arg-max kernel's pass,
+  then the cluster attention) for each small task on its own, in one call.
 - :func:`gather_rows`: value rows picked by index, written straight into a slot of the stream.
 - :func:`inertia`: the k-means objective of given labels, in one pass over the points (PyTorch
   gathers an index as large as the points and takes three more passes).
@@ -359,45 +361,58 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
     undecided = np.zeros(workers, np.int64)
     for worker in prange(workers):
         part = worker if parts > 1 else 0
-        bias = np.empty(n, q.dtype)
+        bias, scaled, logit, top, squares, margin, hits, columns = _tile_scratch(chunk, d, n, q.dtype)
         reach = 0.0
         task = -1
-        scaled = np.empty((d, chunk), q.dtype)  # a tile's queries times a, coordinate-major
-        logit = np.empty(chunk, q.dtype)  # one key's logits of the tile's queries
-        top = _top_buffers(chunk, q.dtype)
-        squares = np.empty(chunk)
-        margin = np.empty(chunk)
-        hits = np.empty(chunk, np.int32)
-        columns = np.empty(chunk, np.int32)
         for t in _share(worker, workers, B * chunks):
             b, lo, rows = _tile(t, chunks, chunk, m)
             if skip[b]:
                 continue
             if b != task:
                 reach, task = _task_key_terms(keys, b, bk, bias), b
-            for i in range(rows):
-                squares[i] = 0.0
-            for c in range(d):
-                for i in range(rows):
-                    x = a * q[b, lo + i, c]
-                    scaled[c, i] = x
-                    squares[i] += np.float64(x) * np.float64(x)
-            # Key by key, each key's logits ranked while they are in cache (as _decide does).
-            for j in range(n):
-                for i in range(rows):
-                    logit[i] = bias[j]
-                for c in range(d):
-                    w = keys[b, j, c]
-                    for i in range(rows):
-                        logit[i] += scaled[c, i] * w
-                _next(logit, j, rows, top)
-            _conclude(n, rows, top, squares, reach, bounds, margin, hits, columns)
-            for i in range(rows):
-                if exact[3] and hits[i] > 1 and margin[i] < np.inf:
-                    columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
-                    hits[i] = 1 if columns[i] >= 0 else hits[i]
+            _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, logit, top, squares, margin, hits, columns)
             undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, part)
     return undecided.sum()
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _tile_scratch(chunk, d, n, dtype):
+    # A slot's scratch space for _direct_tile: (the key biases, the tile's queries times a
+    # (coordinate-major), one key's logits of them, the running top two, their squared norms,
+    # margins, hits and winning columns).
+    top = _top_buffers(chunk, dtype)
+    f = np.empty
+    return f(n, dtype), f((d, chunk), dtype), f(chunk, dtype), top, f(chunk), f(chunk), f(chunk, np.int32), f(chunk, np.int32)
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, logit, top, squares, margin, hits, columns):
+    # The verdict (hits, columns: see _verdict) on the queries lo, ..., lo + rows − 1 of task b,
+    # with scores summed here, key by key across the tile's queries, in the scratch space of
+    # _tile_scratch; the key biases and reach are task b's (_task_key_terms). Float32 near ties
+    # are settled in float64.
+    d, n = q.shape[2], keys.shape[1]
+    for i in range(rows):
+        squares[i] = 0.0
+    for c in range(d):
+        for i in range(rows):
+            x = a * q[b, lo + i, c]
+            scaled[c, i] = x
+            squares[i] += np.float64(x) * np.float64(x)
+    # Key by key, each key's logits ranked while they are in cache (as _decide does).
+    for j in range(n):
+        for i in range(rows):
+            logit[i] = bias[j]
+        for c in range(d):
+            w = keys[b, j, c]
+            for i in range(rows):
+                logit[i] += scaled[c, i] * w
+        _next(logit, j, rows, top)
+    _conclude(n, rows, top, squares, reach, bounds, margin, hits, columns)
+    for i in range(rows):
+        if exact[3] and hits[i] > 1 and margin[i] < np.inf:
+            columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
+            hits[i] = 1 if columns[i] >= 0 else hits[i]
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -515,6 +530,47 @@ def _limits(dtype: np.dtype) -> tuple[float, float]:
     return float(info.eps), float(info.max)
 
 
+def _rounding(d: int, a: float, b: float, dtype: np.dtype) -> tuple[tuple, tuple]:
+    """The arg-max kernels' rounding bounds for logits ``a (q·k) + b ‖k‖²`` over ``d``
+    coordinates of ``dtype``: ``bounds`` (see _slack) and ``exact`` (see _exact_winner)."""
+    # eps = 2u; no partial sum of a logit overflows where its bound stays below a quarter of
+    # the largest float.
+    eps, top = _limits(dtype)
+    bounds = (2 * (d + 3) * eps, abs(float(b)), top / 4)
+    # Near ties of float32 logits are settled in float64 (_exact_winner); float64 ones go to the caller.
+    exact = (float(a), float(b), 2 * (d + 3) * _limits(np.dtype(np.float64))[0], dtype == np.float32)
+    return bounds, exact
+
+
+# Stands in for the rows of an output that is never read.
+_NOTHING = (np.zeros(1), np.zeros(2, np.uint64))
+
+
+def _tally(values: torch.Tensor | None, parts: int, B: int, n: int, dtype: np.dtype) -> tuple[tuple, np.ndarray, np.ndarray]:
+    """_settle's ``tally`` for sums, by winner, of ``values`` (B, m, f) in ``parts`` sets of
+    partial sums (none without values), and those sums (parts·B·n·f) and numbers (parts·B·n)."""
+    f = 0 if values is None else values.shape[-1]
+    sums = np.zeros(parts * B * n * f, dtype=dtype)
+    sizes = np.zeros(parts * B * n, dtype=dtype)
+    rows = _flat(values) if f else (_NOTHING[0].astype(dtype), _NOTHING[1])
+    return (*rows, sums, sizes), sums, sizes
+
+
+def _write(gather: tuple[torch.Tensor, torch.Tensor] | None, dtype: torch.dtype, moved: torch.Tensor) -> tuple:
+    """_settle's ``write``: (table, its strides, out, its strides and width, moved by task), as
+    bits, for ``gather=(table, out)``; width 0 (nothing written) without one."""
+    bits = np.dtype(f"u{dtype.itemsize}")
+    if gather is None or not gather[1].numel():
+        return (_NOTHING[0].astype(bits), _NOTHING[1], np.zeros(1, bits), np.zeros(3, np.uint64), moved.numpy())
+    table, out = gather
+    if out.stride(-1) != 1 and out.shape[-1] > 1:
+        raise ValueError("argmax_dot writes rows whose coordinates are contiguous")
+    if table.dtype != out.dtype or table.dtype != dtype:
+        raise ValueError(f"argmax_dot gathers rows of the keys' dtype {dtype}, got {table.dtype} into {out.dtype}")
+    (rows, row_strides), (target, strides) = _flat(table), _flat(out)
+    return (rows.view(bits), row_strides, target.view(bits), np.array([*strides, out.shape[-1]], dtype=np.uint64), moved.numpy())
+
+
 def argmax_dot(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -550,12 +606,7 @@ def argmax_dot(
     index = torch.empty(B, m, dtype=torch.int64)
     keys = _array(k)
     dtype = keys.dtype
-    # eps = 2u; no partial sum of a logit overflows where its bound stays below a quarter of
-    # the largest float.
-    eps, top = _limits(dtype)
-    bounds = (2 * (d + 3) * eps, abs(float(b)), top / 4)
-    # Near ties of float32 logits are settled in float64 (_exact_winner); float64 ones go to the caller.
-    exact = (float(a), float(b), 2 * (d + 3) * _limits(np.dtype(np.float64))[0], dtype == np.float32)
+    bounds, exact = _rounding(d, a, b, dtype)
     direct = d <= DIRECT_MAX_WIDTH
     tile = DIRECT_TILE if direct else GEMM_TILE
     chunks = -(-m // tile)
@@ -566,24 +617,10 @@ def argmax_dot(
     slots = min(B * chunks, threads)
     parts = 0 if values is None else 1 if chunks == 1 else slots
     f = 0 if values is None else values.shape[-1]
-    sums = np.zeros(parts * B * n * f, dtype=dtype)
-    sizes = np.zeros(parts * B * n, dtype=dtype)
-    nothing = (np.zeros(1, dtype), np.zeros(2, np.uint64))  # stands in for rows that are never read
-    tally = (*(_flat(values) if f else nothing), sums, sizes)
-    # (table, its strides, out, its strides and width, moved by task), as bits; width 0: nothing
-    # written.
+    tally, sums, sizes = _tally(values, parts, B, n, dtype)
     tracking = gather is not None and track_moved
     moved = torch.zeros(B if tracking else 0, dtype=torch.bool)
-    bits = np.dtype(f"u{dtype.itemsize}")
-    write = (nothing[0].view(bits), nothing[1], np.zeros(1, bits), np.zeros(3, np.uint64), moved.numpy())
-    if gather is not None and gather[1].numel():
-        table, out = gather
-        if out.stride(-1) != 1 and out.shape[-1] > 1:
-            raise ValueError("argmax_dot writes rows whose coordinates are contiguous")
-        if table.dtype != out.dtype or table.dtype != k.dtype:
-            raise ValueError(f"argmax_dot gathers rows of the keys' dtype {k.dtype}, got {table.dtype} into {out.dtype}")
-        (rows, row_strides), (target, strides) = _flat(table), _flat(out)
-        write = (rows.view(bits), row_strides, target.view(bits), np.array([*strides, out.shape[-1]], dtype=np.uint64), moved.numpy())
+    write = _write(gather, k.dtype, moved)
     a, b = dtype.type(a), dtype.type(b)
     work = (index.numpy(), _skipped(skip, B), tile, slots, tally, write)
     if direct:
@@ -696,37 +733,43 @@ def _cluster_attention(q, keys, sums, sizes, own, out, skip, workers):
     # read before any of its rows is written, and each row is read before it is written: out may
     # be the very rows that own (or q) reads. Each of `workers` slots takes a run of tasks
     # (_share), with scratch space of its own (an allocation per task would cost more than its sums).
-    B, m, e = q.shape
-    r, f = sums.shape[1], sums.shape[2]
+    B, e, f = q.shape[0], q.shape[2], sums.shape[2]
     for worker in prange(workers):
         kv = np.empty((e, f), sums.dtype)
         mass = np.empty(e, sums.dtype)
         numerator = np.empty(f, sums.dtype)
         for b in _share(worker, workers, B):
-            if skip[b]:
-                continue
-            kv[:] = 0
-            mass[:] = 0
-            for j in range(r):
-                for o in range(e):
-                    w = keys[b, j, o]
-                    if w != 0:
-                        mass[o] += w * sizes[b, j]
-                        for c in range(f):
-                            kv[o, c] += w * sums[b, j, c]
-            for i in range(m):
-                total = sums.dtype.type(0)
+            if not skip[b]:
+                _attend_clusters(q, keys, sums, sizes, own, out, b, kv, mass, numerator)
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _attend_clusters(q, keys, sums, sizes, own, out, b, kv, mass, numerator):
+    # _cluster_attention of task b, in the scratch space kv (e, f), mass (e) and numerator (f).
+    m, e = q.shape[1], q.shape[2]
+    r, f = sums.shape[1], sums.shape[2]
+    kv[:] = 0
+    mass[:] = 0
+    for j in range(r):
+        for o in range(e):
+            w = keys[b, j, o]
+            if w != 0:
+                mass[o] += w * sizes[b, j]
                 for c in range(f):
-                    numerator[c] = 0
-                for o in range(e):
-                    x = q[b, i, o]
-                    if x != 0:
-                        total += x * mass[o]
-                        for c in range(f):
-                            numerator[c] += x * kv[o, c]
+                    kv[o, c] += w * sums[b, j, c]
+    for i in range(m):
+        total = sums.dtype.type(0)
+        for c in range(f):
+            numerator[c] = 0
+        for o in range(e):
+            x = q[b, i, o]
+            if x != 0:
+                total += x * mass[o]
                 for c in range(f):
-                    # No key matches: the query keeps its own value (an empty cluster stays).
-                    out[b, i, c] = numerator[c] / total if total != 0 else numerator[c] + own[b, i, c]
+                    numerator[c] += x * kv[o, c]
+        for c in range(f):
+            # No key matches: the query keeps its own value (an empty cluster stays).
+            out[b, i, c] = numerator[c] / total if total != 0 else numerator[c] + own[b, i, c]
 
 
 def cluster_attention(
@@ -744,6 +787,115 @@ def cluster_attention(
         workers = min(q.shape[0], threads)
         with _using(threads):
             _cluster_attention(_array(q), _array(keys), _array(sums), _array(sizes), _array(own), _array(out), _skipped(skip, q.shape[0]), workers)
+
+
+# --- every step of a hard-assignment layer, task by task -------------------------------------
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _record(read, b, trajectory, first, last):
+    # trajectory[b, t] = read[b] for t = first, ..., last − 1: task b's centers after step t.
+    for t in range(first, last):
+        for j in range(read.shape[1]):
+            for c in range(read.shape[2]):
+                trajectory[b, t, j, c] = read[b, j, c]
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _hard_steps(q, keys, a, bk, bounds, exact, index, tally, write, update, trajectory, state, steps, workers):
+    # hard_steps: each task on its own, step after step, in one tile of _direct_tile; each of
+    # `workers` slots takes a run of tasks (_share), with scratch space of its own.
+    B, m, d = q.shape
+    n = keys.shape[1]
+    cq, ckeys, own, out, read = update
+    at, settled, n_iter, stopped = state
+    flat_sums, flat_sizes, moved = tally[2], tally[3], write[4]
+    f = out.shape[2]
+    sums, sizes = flat_sums.reshape(B, n, f), flat_sizes.reshape(B, n)
+    for worker in prange(workers):
+        bias, scaled, logit, top, squares, margin, hits, columns = _tile_scratch(m, d, n, q.dtype)
+        kv = np.empty((cq.shape[2], f), out.dtype)
+        mass = np.empty(cq.shape[2], out.dtype)
+        numerator = np.empty(f, out.dtype)
+        before = np.empty((out.shape[1], f), out.dtype)
+        for b in _share(worker, workers, B):
+            s = at[b]
+            while s < steps and not settled[b]:
+                reach = _task_key_terms(keys, b, bk, bias)
+                _direct_tile(q, keys, b, 0, m, a, reach, bounds, exact, bias, scaled, logit, top, squares, margin, hits, columns)
+                clear = True
+                for i in range(m):
+                    clear &= hits[i] == 1
+                if not clear:  # a query without a clear winner: the layer's map decides this step
+                    stopped[b] = True
+                    break
+                for x in range(b * n * f, (b + 1) * n * f):
+                    flat_sums[x] = 0
+                for x in range(b * n, (b + 1) * n):
+                    flat_sizes[x] = 0
+                moved[b] = False
+                _settle(b, 0, m, hits, columns, index, n, tally, write, 0)
+                for j in range(out.shape[1]):
+                    for c in range(f):
+                        before[j, c] = out[b, j, c]
+                _attend_clusters(cq, ckeys, sums, sizes, own, out, b, kv, mass, numerator)
+                changed = moved[b]
+                for j in range(out.shape[1]):
+                    for c in range(f):
+                        changed |= not out[b, j, c] == before[j, c]  # a NaN is a change
+                s += 1
+                _record(read, b, trajectory, s, s + 1)
+                if not changed:  # the step left the task as it was: so would every later one
+                    settled[b] = True
+                    n_iter[b] = s
+            if not stopped[b]:
+                _record(read, b, trajectory, s + 1, steps + 1)
+                s = steps
+            at[b] = s
+
+
+def hard_steps(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    a: float,
+    b: float,
+    values: torch.Tensor,
+    gather: tuple[torch.Tensor, torch.Tensor],
+    update: tuple[torch.Tensor, ...],
+    trajectory: torch.Tensor,
+    at: torch.Tensor,
+    settled: torch.Tensor,
+    n_iter: torch.Tensor,
+) -> torch.Tensor:
+    """Steps of the hard-assignment layer that :mod:`ktframe.fast.steps` describes, each task
+    taken through all of its steps at once, for tasks of at most ``DIRECT_TILE`` points in at
+    most ``DIRECT_MAX_WIDTH`` coordinates; every argument is a view of the layer's streams,
+    which change in place. A step is :func:`argmax_dot` of queries ``q`` (B, m, d) over keys
+    ``k`` (B, n, d) with ``values`` and ``gather``, as one tile, then :func:`cluster_attention`
+    of ``update = (q, keys, own, out, read)`` over its sums, tracking as the layer does whether
+    it changed the task; ``read`` (B, n, e): the centers that ``trajectory`` (B, steps + 1, n, e)
+    records after each step.
+
+    Task b starts at step ``at[b]`` (int64); a step that leaves it as it was marks it in
+    ``settled`` (bool) and sets ``n_iter[b]`` (int64) to its number; a settled task, or one out
+    of steps, has the rest of its trajectory filled and ``at[b] = steps``. Returns ``stopped``
+    (B,) bool: the tasks stopped at a step with a query without a clear winner, left as they
+    were before it, ``at[b]`` that step, for the caller to take through it."""
+    B, m, d = q.shape
+    n = k.shape[1]
+    dtype = _array(k).dtype
+    bounds, exact = _rounding(d, a, b, dtype)
+    tally, _, _ = _tally(values, 1, B, n, dtype)
+    moved = torch.zeros(B, dtype=torch.bool)
+    stopped = torch.zeros(B, dtype=torch.bool)
+    state = (_array(at), _array(settled), _array(n_iter), stopped.numpy())
+    threads = _thread_count(B * m * n * d)
+    with _using(threads):
+        _hard_steps(
+            _array(q), _array(k), dtype.type(a), dtype.type(b), bounds, exact, np.empty((B, m), np.int64), tally, _write(gather, k.dtype, moved),
+            tuple(_array(t) for t in update), _array(trajectory), state, trajectory.shape[1] - 1, min(B, threads),
+        )  # fmt: skip
+    return stopped
 
 
 # --- gathering value rows ---------------------------------------------------------------------

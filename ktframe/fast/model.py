@@ -38,6 +38,7 @@ from torch import nn
 from ktframe.clustering.reference import assign
 from ktframe.components.maps import MapOutput
 from ktframe.fast import kernels
+from ktframe.fast import steps as one_call
 from ktframe.fast.attention import Workspace, softmax_dropout_attention
 from ktframe.transformer.construction import HeadGroup
 from ktframe.transformer.model import MEMORY_BLOCK, AttentionHead, KMeansTransformer, Layer, Select, add_into
@@ -432,20 +433,9 @@ class FastLayer(Layer):
         the arg-max kernel takes in its own pass, O(n · f), and which never read the n × width
         slot just written.
         """
-        cross, reset, center = self.point_cross, self.point_self, self.center_cross
-        if not (
-            kernels.usable(points, c)
-            and points.stride(-1) == 1  # the kernel writes the slot's rows in place
-            and getattr(cross, "fused_argmax", False)
-            and reset.slot_factor == 0.0
-            and reset.slot == cross.slot
-            and isinstance(self.point_norm, nn.Identity)
-            and isinstance(center.k, Select)
-            and isinstance(center.v, Select)
-            and all(cross.slot.start <= i < cross.slot.stop for i in center.k.sources)
-            and not any(cross.slot.start <= i < cross.slot.stop for i in center.v.sources)
-        ):
+        if not (kernels.usable(points, c) and points.stride(-1) == 1 and self.assigns_by_cluster):  # the kernel writes the slot's rows in place
             return None
+        cross, center = self.point_cross, self.center_cross
         k, v = cross.project(c)
         q, values, slot = cross.q(points), center.v(points), points[..., cross.slot]
         found = cross.winners(q, k, values, gather=(v, slot), skip=skip, track_moved=track_moved)
@@ -470,18 +460,43 @@ class FastLayer(Layer):
         # holds the row in its slot. Where the rows are the very slot of the key tokens (the
         # index e_j of each center), that is the projection of the key tokens themselves, a
         # view of the center stream, which its update must not write.
-        written = (center.slot, self.center_self.slot)
-        if (
-            isinstance(cross.v, Select)
-            and cross.v.unit
-            and cross.v.span == cross.slot
-            and c.shape[-1] == points.shape[-1]
-            and not any(s.start <= i < s.stop for s in written for i in center.k.sources)
-        ):
+        if c.shape[-1] == points.shape[-1] and self.keys_in_center_tokens:
             return ClusterSums(center.k(c), sums, sizes, skip), moved
         tokens = v.new_zeros(*v.shape[:2], points.shape[-1])
         tokens[..., cross.slot] = v
         return ClusterSums(center.k(tokens), sums, sizes, skip), moved
+
+    @functools.cached_property
+    def assigns_by_cluster(self) -> bool:
+        """Whether :meth:`_assign` applies to this layer's heads: the point stream's one writer
+        is a fused arg-max head whose slot is reset, and the center update's keys read nothing
+        but that slot (and its values nothing of it)."""
+        cross, reset, center = self.point_cross, self.point_self, self.center_cross
+        return (
+            getattr(cross, "fused_argmax", False)
+            and reset.slot_factor == 0.0
+            and reset.slot == cross.slot
+            and isinstance(self.point_norm, nn.Identity)
+            and isinstance(center.k, Select)
+            and isinstance(center.v, Select)
+            and all(cross.slot.start <= i < cross.slot.stop for i in center.k.sources)
+            and not any(cross.slot.start <= i < cross.slot.stop for i in center.v.sources)
+        )
+
+    @functools.cached_property
+    def keys_in_center_tokens(self) -> bool:
+        """Whether, under :meth:`_assign`, the key of each value row is the center update's key
+        projection of the center tokens themselves: the rows are the very slot of the key tokens
+        (the index ``e_j`` of each center), which the center update does not write (given
+        streams of one width)."""
+        cross, center = self.point_cross, self.center_cross
+        written = (center.slot, self.center_self.slot)
+        return (
+            isinstance(cross.v, Select)
+            and cross.v.unit
+            and cross.v.span == cross.slot
+            and not any(s.start <= i < s.stop for s in written for i in center.k.sources)
+        )
 
     def _in_place(self, *streams: torch.Tensor) -> bool:
         """Without autograd a layer updates its token streams in place."""
@@ -577,10 +592,32 @@ class FastKMeansTransformer(KMeansTransformer):
         X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype, any_k=self.embedding.any_k)
         steps = self.n_layers if n_steps is None else n_steps
         points, centers = self.embedding.points(X, self.k), self.embedding.centers(C0)
+        layers = [self.layer(step) for step in range(steps)]
+        one_layer = skip_settled and not reembed and not torch.is_grad_enabled() and steps > 0 and all(layer is layers[0] for layer in layers)
+        # Every step one and the same layer: where it is Lloyd's hard-assignment step, one kernel
+        # takes each task through all of them (ktframe.fast.steps).
+        fused = None
+        if one_layer and type(layers[0]).forward is FastLayer.forward:
+            fused = one_call.run(layers[0], points, centers, self.embedding.read_centers(centers, self.d), steps)
+        if fused is not None:
+            trajectory, n_iter = fused
+        else:
+            points, trajectory, n_iter = self._step_by_step(X, C0, points, centers, layers, reembed=reembed, skip_settled=skip_settled)
+        assignments = self.embedding.read_assignments(points, self.d, self.k)
+        if assignments is None:  # tokens without an assignment slot: nearest final center
+            assignments = assign(X, trajectory[:, -1])
+        return ClusteringResult(centers=trajectory[:, -1], assignments=assignments, trajectory=trajectory, n_iter=n_iter)
+
+    def _step_by_step(
+        self, X: torch.Tensor, C0: torch.Tensor, points: torch.Tensor, centers: torch.Tensor, layers: list[nn.Module], *, reembed: bool, skip_settled: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The layers' steps, one after another: the last point stream, the trajectory of the
+        centers (B, steps + 1, k, d) and each task's ``n_iter``."""
+        steps = len(layers)
+        read = self.embedding.read_centers
         trajectory = [C0]  # copies: without autograd the streams are updated in place
         n_iter = torch.full((X.shape[0],), steps, dtype=torch.long)
         settled = torch.zeros(X.shape[0], dtype=torch.bool)
-        layers = [self.layer(step) for step in range(steps)]
         for step, layer in enumerate(layers):
             if reembed and step > 0:
                 points, centers = self.embedding.points(X, self.k), self.embedding.centers(trajectory[-1])
@@ -589,16 +626,13 @@ class FastKMeansTransformer(KMeansTransformer):
                 points, centers = layer(points, centers, settled=settled)
                 n_iter[settled & (n_iter == steps)] = step + 1
                 if bool(settled.all()):  # every remaining step would leave every task as it is
-                    trajectory += [self.embedding.read_centers(centers, self.d).clone()] * (steps - step)
+                    trajectory += [read(centers, self.d).clone()] * (steps - step)
                     break
             else:
                 settled.fill_(False)  # what another layer leaves as it is, this one may change
                 points, centers = layer(points, centers)
-            trajectory.append(self.embedding.read_centers(centers, self.d).clone())
-        assignments = self.embedding.read_assignments(points, self.d, self.k)
-        if assignments is None:  # tokens without an assignment slot: nearest final center
-            assignments = assign(X, trajectory[-1])
-        return ClusteringResult(centers=trajectory[-1], assignments=assignments, trajectory=torch.stack(trajectory, dim=1), n_iter=n_iter)
+            trajectory.append(read(centers, self.d).clone())
+        return points, torch.stack(trajectory, dim=1), n_iter
 
 
 @functools.cache

@@ -1,0 +1,93 @@
+"""All the steps of Lloyd's hand-built layer in one kernel call, for many small tasks.
+
+:class:`~ktframe.fast.model.FastKMeansTransformer` runs its layers step by step, each step a few
+kernel calls with Python's work around them. For many small tasks (a thousand of a hundred points,
+say) that work costs as much as the kernels'. Where every step is one and the same
+:class:`~ktframe.fast.model.FastLayer` that makes its hard assignment by cluster
+(:meth:`~ktframe.fast.model.FastLayer._assign`: the point update an arg-max head whose slot is
+reset, the center update normalized linear attention over the assignments' cluster sums, its slot
+reset), that reads its streams through plain views, and each task fits in one tile of the arg-max
+kernel, :func:`ktframe.fast.kernels.hard_steps` takes each task through all of its steps at once:
+the arithmetic of the layer's own steps, in the same order, so the result is the same bit for bit
+(``tests/test_steps.py``). A step at which a task has a query without a clear winner, which the
+layer's map decides, is the layer's own for that task alone; the kernel goes on after it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from ktframe.fast import kernels
+from ktframe.transformer.model import Select
+
+if TYPE_CHECKING:
+    from ktframe.fast.model import FastLayer
+
+
+def _view(projection: nn.Module) -> bool:
+    """Whether a projection gives a view of its tokens (a run of coordinates, unscaled)."""
+    return isinstance(projection, Select) and projection.span is not None and projection.unit
+
+
+def _applies(layer: FastLayer, points: torch.Tensor, centers: torch.Tensor, read: torch.Tensor) -> bool:
+    cross, reset, update = layer.point_cross, layer.center_self, layer.center_cross
+    B, m, _ = points.shape
+    return (
+        layer.center_ffn is None
+        and isinstance(layer.center_norm, nn.Identity)
+        and min(B, m, centers.shape[1]) > 0
+        and m <= kernels.DIRECT_TILE
+        and points.is_contiguous()
+        and centers.is_contiguous()
+        and kernels.usable(points, centers)
+        and points.shape[-1] == centers.shape[-1]
+        and layer.assigns_by_cluster
+        and layer.keys_in_center_tokens
+        and all(_view(p) for p in (cross.q, cross.k, cross.v, update.q, update.k, update.v))
+        and len(cross.q.sources) <= kernels.DIRECT_MAX_WIDTH
+        and update.linear_attention
+        and reset.slot_factor == 0.0
+        and reset.slot == update.slot
+        and update.slot.stop - update.slot.start == len(update.v.sources)
+        and read.stride(-1) == 1
+        and read._base is centers
+    )
+
+
+def run(layer: FastLayer, points: torch.Tensor, centers: torch.Tensor, read: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``steps`` steps of ``layer`` (a :class:`~ktframe.fast.model.FastLayer` whose ``forward`` is
+    that class's own) on the streams ``points`` (B, m, w) and ``centers`` (B, n, w),
+    in place, each task left as it is once a step has left it as it was (as
+    :meth:`FastKMeansTransformer.forward <ktframe.fast.model.FastKMeansTransformer.forward>`
+    does): the trajectory (B, steps + 1, n, e) of the centers ``read`` (a view of the center
+    stream) and each task's ``n_iter``. None, with nothing done, where it does not apply."""
+    if not _applies(layer, points, centers, read):
+        return None
+    cross, update = layer.point_cross, layer.center_cross
+    k, v = cross.project(centers)
+    a, b = cross.score.dot_product_form(cross.gamma)
+    views = (update.q(centers), update.k(centers), update.v(centers), centers[..., update.slot], read)
+    B = points.shape[0]
+    trajectory = centers.new_empty(B, steps + 1, *read.shape[1:])
+    trajectory[:, 0] = read
+    at = torch.zeros(B, dtype=torch.long)
+    settled = torch.zeros(B, dtype=torch.bool)
+    n_iter = torch.full((B,), steps, dtype=torch.long)
+    while True:
+        stopped = kernels.hard_steps(cross.q(points), k, a, b, update.v(points), (v, points[..., cross.slot]), views, trajectory, at, settled, n_iter)
+        if not bool(stopped.any()):
+            return trajectory, n_iter
+        # The layer's own step for the stopped tasks alone: it skips the others, and marks in
+        # `left` the tasks that the step left as they were.
+        left = ~stopped
+        layer(points, centers, settled=left)
+        tasks = stopped.nonzero().squeeze(1)
+        step = at[tasks] + 1
+        trajectory[tasks, step] = read[tasks]
+        done = left[tasks]
+        n_iter[tasks[done]] = step[done]
+        settled[tasks[done]] = True
+        at[tasks] = step

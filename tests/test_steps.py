@@ -1,0 +1,134 @@
+"""All the steps of Lloyd's layer in one kernel call (ktframe.fast.steps) against the same layer
+run step by step: the same centers, assignments, trajectory and n_iter, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import ktframe
+from ktframe.clustering import reference
+from ktframe.clustering.tasks import mixture
+from ktframe.fast import kernels
+from ktframe.fast import steps as one_call
+
+FIELDS = ("centers", "assignments", "trajectory", "n_iter")
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The number of kernels.hard_steps calls so far, as a list that grows with each."""
+    calls = []
+    real = kernels.hard_steps
+
+    def counted(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(kernels, "hard_steps", counted)
+    return calls
+
+
+def step_by_step(model, X, C0, monkeypatch, **kwargs):
+    with monkeypatch.context() as m:
+        m.setattr(one_call, "run", lambda *args: None)
+        return model(X, C0, **kwargs)
+
+
+def assert_same(fused, plain):
+    for field in FIELDS:
+        a, b = getattr(fused, field), getattr(plain, field)
+        assert a.dtype == b.dtype and a.shape == b.shape, field
+        assert torch.equal(a, b), field
+
+
+def lloyd(d, k, n_layers=10, dtype=torch.float64, **options):
+    return ktframe.build_model("lloyd", d=d, k=k, n_layers=n_layers, reset="identity", dtype=dtype, **options)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("B", "n", "d", "k", "n_layers"), [(1, 5, 1, 2, 1), (64, 100, 2, 8, 10), (9, 256, 8, 5, 30), (33, 40, 3, 40, 4)])
+@torch.no_grad()
+def test_one_call_equals_the_steps_one_by_one(dtype, B, n, d, k, n_layers, kernel_calls, monkeypatch):
+    generator = torch.Generator().manual_seed(B * n + d)
+    X, _ = mixture(B, n, d, k, generator=generator, dtype=dtype)
+    C0 = reference.kmeans_plusplus(X, k, generator)
+    model = lloyd(d, k, n_layers, dtype)
+    fused = model(X, C0)
+    assert len(kernel_calls) >= 1
+    assert_same(fused, step_by_step(model, X, C0, monkeypatch))
+    assert (fused.n_iter <= n_layers).all()
+
+
+@torch.no_grad()
+def test_ties_are_left_to_the_layer_for_those_tasks(kernel_calls, monkeypatch):
+    # Points and centers on a small integer grid: many points lie halfway between two centers,
+    # which the kernel cannot decide; the layer's map shares them, task by task.
+    generator = torch.Generator().manual_seed(1)
+    X = torch.randint(0, 4, (48, 60, 2), generator=generator).double()
+    C0 = X[:, :6].clone()
+    model = lloyd(2, 6)
+    fused = model(X, C0)
+    assert len(kernel_calls) > 1  # it stopped at a tie and went on after the layer's step
+    assert_same(fused, step_by_step(model, X, C0, monkeypatch))
+    assert fused.assignments.max(dim=-1).values.lt(1).any()  # some point is shared between centers
+
+
+@torch.no_grad()
+def test_an_emptied_cluster_keeps_its_center(kernel_calls, monkeypatch):
+    X, _ = mixture(8, 50, 2, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    C0 = reference.kmeans_plusplus(X, 3, torch.Generator().manual_seed(3))
+    C0[:, 2] = 100.0  # no point is nearest to it
+    model = lloyd(2, 3)
+    fused = model(X, C0)
+    assert len(kernel_calls) == 1
+    assert_same(fused, step_by_step(model, X, C0, monkeypatch))
+    assert (fused.centers[:, 2] == 100.0).all()
+
+
+@torch.no_grad()
+def test_any_number_of_threads_gives_the_same_result(kernel_calls):
+    X, _ = mixture(40, 80, 2, 4, generator=torch.Generator().manual_seed(4), dtype=torch.float32)
+    C0 = reference.kmeans_plusplus(X, 4, torch.Generator().manual_seed(5))
+    model = lloyd(2, 4, dtype=torch.float32)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = model(X, C0)
+        torch.set_num_threads(2)
+        shared = model(X, C0)
+    finally:
+        torch.set_num_threads(threads)
+    assert len(kernel_calls) == 2
+    assert_same(alone, shared)
+
+
+@torch.no_grad()
+def test_the_any_k_model_takes_it_too(kernel_calls, monkeypatch):
+    X, _ = mixture(16, 64, 3, 3, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    C0 = reference.kmeans_plusplus(X, 3, torch.Generator().manual_seed(7))
+    model = lloyd(3, 5, any_k=True)
+    fused = model(X, C0)
+    assert len(kernel_calls) == 1
+    assert_same(fused, step_by_step(model, X, C0, monkeypatch))
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["long tasks", "wide points", "layers of their own", "every step on every task", "autograd", "finite gamma"],
+)
+def test_where_it_does_not_apply_the_steps_run_one_by_one(case, kernel_calls):
+    n = kernels.DIRECT_TILE + 1 if case == "long tasks" else 50
+    d = kernels.DIRECT_MAX_WIDTH + 1 if case == "wide points" else 2
+    X, _ = mixture(4, n, d, 3, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    C0 = reference.kmeans_plusplus(X, 3, torch.Generator().manual_seed(9))
+    if case == "finite gamma":
+        model = ktframe.build_model("lloyd", d=d, k=3, n_layers=5, gamma=50.0, dtype=torch.float64)
+    else:
+        model = lloyd(d, 3, 5, share_weights=case != "layers of their own")
+    with torch.set_grad_enabled(case == "autograd"):
+        result = model(X.requires_grad_(case == "autograd"), C0, skip_settled=case != "every step on every task")
+    assert kernel_calls == []
+    expected = reference.lloyd(X.detach(), C0, 5) if case != "finite gamma" else None
+    if expected is not None:
+        assert torch.allclose(result.centers, expected.centers)
