@@ -1,5 +1,6 @@
 """All the steps of Lloyd's layer in one kernel call (ktframe.fast.steps) against the same layer
-run step by step: the same centers, assignments, trajectory and n_iter, bit for bit."""
+run step by step (``one_call=False``): the same centers, assignments, trajectory and n_iter, bit
+for bit."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import ktframe
 from ktframe.clustering import reference
 from ktframe.clustering.tasks import mixture
 from ktframe.fast import kernels
-from ktframe.fast import steps as one_call
 
 FIELDS = ("centers", "assignments", "trajectory", "n_iter")
 
@@ -29,12 +29,6 @@ def kernel_calls(monkeypatch):
     return calls
 
 
-def step_by_step(model, X, C0, monkeypatch, **kwargs):
-    with monkeypatch.context() as m:
-        m.setattr(one_call, "run", lambda *args: None)
-        return model(X, C0, **kwargs)
-
-
 def assert_same(fused, plain):
     for field in FIELDS:
         a, b = getattr(fused, field), getattr(plain, field)
@@ -49,19 +43,19 @@ def lloyd(d, k, n_layers=10, dtype=torch.float64, **options):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize(("B", "n", "d", "k", "n_layers"), [(1, 5, 1, 2, 1), (64, 100, 2, 8, 10), (9, 256, 8, 5, 30), (33, 40, 3, 40, 4)])
 @torch.no_grad()
-def test_one_call_equals_the_steps_one_by_one(dtype, B, n, d, k, n_layers, kernel_calls, monkeypatch):
+def test_one_call_equals_the_steps_one_by_one(dtype, B, n, d, k, n_layers, kernel_calls):
     generator = torch.Generator().manual_seed(B * n + d)
     X, _ = mixture(B, n, d, k, generator=generator, dtype=dtype)
     C0 = reference.kmeans_plusplus(X, k, generator)
     model = lloyd(d, k, n_layers, dtype)
     fused = model(X, C0)
     assert len(kernel_calls) >= 1
-    assert_same(fused, step_by_step(model, X, C0, monkeypatch))
+    assert_same(fused, model(X, C0, one_call=False))
     assert (fused.n_iter <= n_layers).all()
 
 
 @torch.no_grad()
-def test_ties_are_left_to_the_layer_for_those_tasks(kernel_calls, monkeypatch):
+def test_ties_are_left_to_the_layer_for_those_tasks(kernel_calls):
     # Points and centers on a small integer grid: many points lie halfway between two centers,
     # which the kernel cannot decide; the layer's map shares them, task by task.
     generator = torch.Generator().manual_seed(1)
@@ -70,19 +64,19 @@ def test_ties_are_left_to_the_layer_for_those_tasks(kernel_calls, monkeypatch):
     model = lloyd(2, 6)
     fused = model(X, C0)
     assert len(kernel_calls) > 1  # it stopped at a tie and went on after the layer's step
-    assert_same(fused, step_by_step(model, X, C0, monkeypatch))
+    assert_same(fused, model(X, C0, one_call=False))
     assert fused.assignments.max(dim=-1).values.lt(1).any()  # some point is shared between centers
 
 
 @torch.no_grad()
-def test_an_emptied_cluster_keeps_its_center(kernel_calls, monkeypatch):
+def test_an_emptied_cluster_keeps_its_center(kernel_calls):
     X, _ = mixture(8, 50, 2, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     C0 = reference.kmeans_plusplus(X, 3, torch.Generator().manual_seed(3))
     C0[:, 2] = 100.0  # no point is nearest to it
     model = lloyd(2, 3)
     fused = model(X, C0)
     assert len(kernel_calls) == 1
-    assert_same(fused, step_by_step(model, X, C0, monkeypatch))
+    assert_same(fused, model(X, C0, one_call=False))
     assert (fused.centers[:, 2] == 100.0).all()
 
 
@@ -104,18 +98,18 @@ def test_any_number_of_threads_gives_the_same_result(kernel_calls):
 
 
 @torch.no_grad()
-def test_the_any_k_model_takes_it_too(kernel_calls, monkeypatch):
+def test_the_any_k_model_takes_it_too(kernel_calls):
     X, _ = mixture(16, 64, 3, 3, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
     C0 = reference.kmeans_plusplus(X, 3, torch.Generator().manual_seed(7))
     model = lloyd(3, 5, any_k=True)
     fused = model(X, C0)
     assert len(kernel_calls) == 1
-    assert_same(fused, step_by_step(model, X, C0, monkeypatch))
+    assert_same(fused, model(X, C0, one_call=False))
 
 
 @pytest.mark.parametrize(
     "case",
-    ["long tasks", "wide points", "layers of their own", "every step on every task", "autograd", "finite gamma"],
+    ["asked to", "long tasks", "wide points", "layers of their own", "every step on every task", "autograd", "finite gamma"],
 )
 def test_where_it_does_not_apply_the_steps_run_one_by_one(case, kernel_calls):
     n = kernels.DIRECT_TILE + 1 if case == "long tasks" else 50
@@ -127,7 +121,7 @@ def test_where_it_does_not_apply_the_steps_run_one_by_one(case, kernel_calls):
     else:
         model = lloyd(d, 3, 5, share_weights=case != "layers of their own")
     with torch.set_grad_enabled(case == "autograd"):
-        result = model(X.requires_grad_(case == "autograd"), C0, skip_settled=case != "every step on every task")
+        result = model(X.requires_grad_(case == "autograd"), C0, skip_settled=case != "every step on every task", one_call=case != "asked to")
     assert kernel_calls == []
     expected = reference.lloyd(X.detach(), C0, 5) if case != "finite gamma" else None
     if expected is not None:

@@ -38,7 +38,7 @@ from torch import nn
 from ktframe.clustering.reference import assign
 from ktframe.components.maps import MapOutput
 from ktframe.fast import kernels
-from ktframe.fast import steps as one_call
+from ktframe.fast import steps as layer_steps
 from ktframe.fast.attention import Workspace, softmax_dropout_attention
 from ktframe.transformer.construction import HeadGroup
 from ktframe.transformer.model import MEMORY_BLOCK, AttentionHead, KMeansTransformer, Layer, Select, add_into
@@ -580,7 +580,9 @@ def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 class FastKMeansTransformer(KMeansTransformer):
     """:class:`~ktframe.transformer.model.KMeansTransformer` whose steps skip the tasks that have converged."""
 
-    def forward(self, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False, skip_settled: bool = True) -> ClusteringResult:
+    def forward(
+        self, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False, skip_settled: bool = True, one_call: bool = True
+    ) -> ClusteringResult:
         """Cluster each task of ``X`` (B, n, d) from its initial centers ``C0`` (B, k, d).
 
         Once a step leaves a task's token streams exactly as they were (Lloyd's iteration has
@@ -588,17 +590,21 @@ class FastKMeansTransformer(KMeansTransformer):
         those steps apply that same layer: each of them would leave the task as it is again, so
         its result is the same. ``skip_settled=False`` runs every step on every task. The
         result's ``n_iter`` counts, for each task, the steps up to the first that left it as it was.
+
+        Where every step is Lloyd's hard-assignment layer, one kernel call takes each small task
+        through all of them (:mod:`ktframe.fast.steps`: the same result, bit for bit);
+        ``one_call=False`` runs the steps one by one all the same.
         """
         X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype, any_k=self.embedding.any_k)
         steps = self.n_layers if n_steps is None else n_steps
         points, centers = self.embedding.points(X, self.k), self.embedding.centers(C0)
         layers = [self.layer(step) for step in range(steps)]
-        one_layer = skip_settled and not reembed and not torch.is_grad_enabled() and steps > 0 and all(layer is layers[0] for layer in layers)
+        one_layer = one_call and skip_settled and not reembed and not torch.is_grad_enabled() and steps > 0 and all(layer is layers[0] for layer in layers)
         # Every step one and the same layer: where it is Lloyd's hard-assignment step, one kernel
         # takes each task through all of them (ktframe.fast.steps).
         fused = None
         if one_layer and type(layers[0]).forward is FastLayer.forward:
-            fused = one_call.run(layers[0], points, centers, self.embedding.read_centers(centers, self.d), steps)
+            fused = layer_steps.run(layers[0], points, centers, self.embedding.read_centers(centers, self.d), steps)
         if fused is not None:
             trajectory, n_iter = fused
         else:
