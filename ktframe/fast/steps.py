@@ -9,8 +9,8 @@ reset, the center update normalized linear attention over the assignments' clust
 reset), that reads its streams through plain views, and each task fits in one tile of the arg-max
 kernel, :func:`ktframe.fast.kernels.hard_steps` takes each task through all of its steps at once:
 the arithmetic of the layer's own steps, in the same order, so the result is the same bit for bit
-(``tests/test_steps.py``). A step at which a task has a query without a clear winner, which the
-layer's map decides, is the layer's own for that task alone; the kernel goes on after it.
+(``tests/test_steps.py``). A task with a query without a clear winner, which the layer's map
+decides, takes the rest of its steps through the layer, one by one, the other tasks skipped.
 """
 
 from __future__ import annotations
@@ -76,18 +76,24 @@ def run(layer: FastLayer, points: torch.Tensor, centers: torch.Tensor, read: tor
     at = torch.zeros(B, dtype=torch.long)
     settled = torch.zeros(B, dtype=torch.bool)
     n_iter = torch.full((B,), steps, dtype=torch.long)
-    while True:
-        stopped = kernels.hard_steps(cross.q(points), k, a, b, update.v(points), (v, points[..., cross.slot]), views, trajectory, at, settled, n_iter)
-        if not bool(stopped.any()):
-            return trajectory, n_iter
-        # The layer's own step for the stopped tasks alone: it skips the others, and marks in
-        # `left` the tasks that the step left as they were.
-        left = ~stopped
+
+    def kernel() -> torch.Tensor:
+        return kernels.hard_steps(cross.q(points), k, a, b, update.v(points), (v, points[..., cross.slot]), views, trajectory, at, settled, n_iter)
+
+    if not bool(kernel().any()):
+        return trajectory, n_iter
+    # The tasks stopped at a query without a clear winner go on through the layer's own steps
+    # (a tie tends to come back in the same task), each step skipping the other tasks and marking
+    # in `left` those that it left as they were.
+    while bool((active := (at < steps) & ~settled).any()):
+        left = ~active
         layer(points, centers, settled=left)
-        tasks = stopped.nonzero().squeeze(1)
+        tasks = active.nonzero().squeeze(1)
         step = at[tasks] + 1
         trajectory[tasks, step] = read[tasks]
         done = left[tasks]
         n_iter[tasks[done]] = step[done]
         settled[tasks[done]] = True
         at[tasks] = step
+    kernel()  # no step left to take: the trajectories of the tasks settled above are filled in
+    return trajectory, n_iter
