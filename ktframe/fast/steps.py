@@ -33,6 +33,9 @@ def _view(projection: nn.Module) -> bool:
 
 
 def _applies(layer: FastLayer, points: torch.Tensor, centers: torch.Tensor, read: torch.Tensor) -> bool:
+    """Whether ``kernels.hard_steps`` computes this layer's step on these streams: the layer as
+    the module's docstring says, every array it reads a view that the steps update in place, and
+    tasks of one arg-max tile."""
     cross, reset, update = layer.point_cross, layer.center_self, layer.center_cross
     B, m, _ = points.shape
     return (
