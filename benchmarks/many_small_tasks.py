@@ -3,8 +3,9 @@
 1 024 independent tasks of n=100 points in d=2 with k=8, at most 10 Lloyd iterations each, all
 from the same initial centers: ktframe's estimator fits the whole (1024, 100, 2) array at once
 (the bare model is timed too, and again with its steps one by one, ``one_call=False``, where it
-would take them all in one kernel call); scikit-learn fits one task after another. Both stop a task once an iteration leaves its labels as
-they were (ktframe skips it in the remaining layers). Printed as a ratio; not a test.
+would take them all in one kernel call); scikit-learn fits one task after another. Both stop a
+task once an iteration leaves its labels as they were (ktframe skips it in the remaining layers).
+Printed as a ratio; not a test.
 
     python benchmarks/many_small_tasks.py
     python benchmarks/many_small_tasks.py --tasks 4096 --device cuda

@@ -817,7 +817,7 @@ def _hard_steps(q, keys, a, bk, bounds, exact, index, tally, write, update, traj
         kv = np.empty((cq.shape[2], f), out.dtype)
         mass = np.empty(cq.shape[2], out.dtype)
         numerator = np.empty(f, out.dtype)
-        before = np.empty((out.shape[1], f), out.dtype)
+        before = np.empty((1, out.shape[1], f), out.dtype)
         for b in _share(worker, workers, B):
             s = at[b]
             while s < steps and not settled[b]:
@@ -837,12 +837,9 @@ def _hard_steps(q, keys, a, bk, bounds, exact, index, tally, write, update, traj
                 _settle(b, 0, m, hits, columns, index, n, tally, write, 0)
                 for j in range(out.shape[1]):
                     for c in range(f):
-                        before[j, c] = out[b, j, c]
+                        before[0, j, c] = out[b, j, c]
                 _attend_clusters(cq, ckeys, sums, sizes, own, out, b, kv, mass, numerator)
-                changed = moved[b]
-                for j in range(out.shape[1]):
-                    for c in range(f):
-                        changed |= not out[b, j, c] == before[j, c]  # a NaN is a change
+                changed = moved[b] or _differs(out, b, before, 0)
                 s += 1
                 _record(read, b, trajectory, s, s + 1)
                 if not changed:  # the step left the task as it was: so would every later one
@@ -978,13 +975,18 @@ def inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> torch.Ten
 @njit(cache=True, nogil=True)
 def _tasks_changed(a, b, changed):
     for t in range(a.shape[0]):
-        for i in range(a.shape[1]):
-            for c in range(a.shape[2]):
-                if not a[t, i, c] == b[t, i, c]:  # a NaN is a change
-                    changed[t] = True
-                    break
-            if changed[t]:
-                break
+        changed[t] = _differs(a, t, b, t)
+
+
+@njit(inline="always", cache=True, nogil=True)
+def _differs(a, s, b, t):
+    # Whether task s of a and task t of b, (m, e) each, differ in any number (a NaN is a
+    # change), read up to the first difference.
+    for i in range(a.shape[1]):
+        for c in range(a.shape[2]):
+            if not a[s, i, c] == b[t, i, c]:
+                return True
+    return False
 
 
 def tasks_changed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
