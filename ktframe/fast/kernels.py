@@ -165,89 +165,40 @@ def _slack(squares, reach, bounds):
     return bounds[0] * size if size < bounds[2] else np.inf
 
 
-# A tile's running top two per query: its best logit, its runner-up and the column of its best,
-# in two sets of buffers (best, runner, column) that the keys alternate between, `even` keys
-# reading the first set and storing into the second, odd keys the other way round (see _rank).
-# The sets are passed as separate arrays: numba's parallel loops reject tuples of arrays that
-# are swapped, and a stacked (2, …) array does not vectorise.
-
-
 @njit(inline="always", cache=True, nogil=True)
-def _first(x, rows, best, runner, column):
-    # Key 0's logits x (≥ rows) of a tile's queries start each query's running top two.
+def _decide(logits, rows, squares, reach, bounds, best, floor, margin, hits, columns):
+    # For the key-major logits (n, ≥ rows) of a tile's queries: margin[i], the query's _slack;
+    # hits[i], 1 where its best key wins by more than that (every other logit falls below
+    # best − margin), 2 where a rival comes within it, and 0 where the margin is inf (only then
+    # can a logit be NaN, since a NaN comes from an input that is not finite or from an
+    # overflow); columns[i], the best key where hits[i] is 1. best and floor are scratch.
+    # Two passes, each a loop across the tile's queries that vectorises: each query's best
+    # logit, then how many of its logits lie within the margin of it and the sum of their
+    # columns (the best's own column where it is alone there). A running top two in one pass
+    # stores three numbers per logit, and took three times as long. A NaN (x > y false) is never
+    # taken as best after the first key; it can only come where the margin is inf.
+    n = logits.shape[0]
     for i in range(rows):
-        best[i] = x[i]
-        runner[i] = -np.inf
-        column[i] = 0
-
-
-@njit(inline="always", cache=True, nogil=True)
-def _rank(x, j, rows, best, runner, column, best_to, runner_to, column_to):
-    # Key j's logits x into each query's running top two, read from the first set of buffers and
-    # stored into the second. Every step stores each entry unconditionally, into other buffers:
-    # LLVM compiles "best[i] = x if x > best[i] else best[i]" to a masked store, which AMD CPUs
-    # run as microcode, several times slower than plain stores. A NaN (x > y false) changes
-    # nothing; it can only come where the margin is inf (see _verdict), which decides nothing.
-    key = np.int32(j)
-    for i in range(rows):
-        y, z, w = x[i], best[i], runner[i]
-        above = y > z
-        best_to[i] = y if above else z
-        runner_to[i] = z if above else (y if y > w else w)
-        column_to[i] = key if above else column[i]
-
-
-@njit(inline="always", cache=True, nogil=True)
-def _next(x, j, rows, top):
-    # Key j ≥ 0 into the running top two, top = (best, runner, column) × 2 (see above).
-    if j == 0:
-        _first(x, rows, top[0], top[1], top[2])
-    elif j % 2:
-        _rank(x, j, rows, top[0], top[1], top[2], top[3], top[4], top[5])
-    else:
-        _rank(x, j, rows, top[3], top[4], top[5], top[0], top[1], top[2])
-
-
-@njit(inline="always", cache=True, nogil=True)
-def _verdict(best, runner, column, rows, squares, reach, bounds, margin, hits, columns):
-    # From each query's top two: margin[i], its _slack; hits[i], 1 where the best key wins by
-    # more than that (its runner-up falls below best − margin: the best is then the one key
-    # within the margin of the maximum), 2 where a rival comes within it, and 0 where the margin
-    # is inf (only then can a logit be NaN, since a NaN comes from an input that is not finite or
-    # from an overflow); columns[i], the best key. Each step runs across the tile's queries, so
-    # it vectorises.
+        best[i] = logits[0, i]
+    for j in range(1, n):
+        x = logits[j]
+        for i in range(rows):
+            best[i] = x[i] if x[i] > best[i] else best[i]
     for i in range(rows):
         margin[i] = _slack(squares[i], reach, bounds)
-    for i in range(rows):
-        close = np.int32(2) if runner[i] >= best[i] - margin[i] else np.int32(1)
-        hits[i] = close if margin[i] < np.inf else np.int32(0)
-        columns[i] = column[i]
-
-
-@njit(inline="always", cache=True, nogil=True)
-def _conclude(n, rows, top, squares, reach, bounds, margin, hits, columns):
-    # _verdict from the set of buffers that the last of n keys stored into.
-    if n % 2:
-        _verdict(top[0], top[1], top[2], rows, squares, reach, bounds, margin, hits, columns)
-    else:
-        _verdict(top[3], top[4], top[5], rows, squares, reach, bounds, margin, hits, columns)
-
-
-@njit(inline="always", cache=True, nogil=True)
-def _top_buffers(chunk, dtype):
-    # The two sets of running top-two buffers for a tile of `chunk` queries.
-    f, i = np.empty, np.int32
-    return f(chunk, dtype), f(chunk, dtype), f(chunk, i), f(chunk, dtype), f(chunk, dtype), f(chunk, i)
-
-
-@njit(inline="always", cache=True, nogil=True)
-def _decide(logits, rows, squares, reach, bounds, top, margin, hits, columns):
-    # For the key-major logits (n, ≥ rows) of a tile's queries: one pass that keeps each query's
-    # top two, then _verdict.
-    n = logits.shape[0]
+        floor[i] = np.float64(best[i]) - margin[i]
+        hits[i] = 0
+        columns[i] = 0
     for j in range(n):
-        _next(logits[j], j, rows, top)
-    _conclude(n, rows, top, squares, reach, bounds, margin, hits, columns)
+        x = logits[j]
+        key = np.int32(j)
+        for i in range(rows):
+            near = np.float64(x[i]) >= floor[i]
+            hits[i] += np.int32(near)
+            columns[i] += key if near else np.int32(0)
+    for i in range(rows):
+        alone = np.int32(1) if hits[i] == 1 else np.int32(2)
+        hits[i] = alone if margin[i] < np.inf else np.int32(0)
 
 
 @njit(cache=True, nogil=True)
@@ -361,7 +312,7 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
     undecided = np.zeros(workers, np.int64)
     for worker in prange(workers):
         part = worker if parts > 1 else 0
-        bias, scaled, logit, top, squares, margin, hits, columns = _tile_scratch(chunk, d, n, q.dtype)
+        bias, scaled, logits, scratch, squares, margin, hits, columns = _tile_scratch(chunk, d, n, q.dtype)
         reach = 0.0
         task = -1
         for t in _share(worker, workers, B * chunks):
@@ -370,7 +321,7 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
                 continue
             if b != task:
                 reach, task = _task_key_terms(keys, b, bk, bias), b
-            _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, logit, top, squares, margin, hits, columns)
+            _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, logits, scratch, squares, margin, hits, columns)
             undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, part)
     return undecided.sum()
 
@@ -378,16 +329,15 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
 @njit(inline="always", cache=True, nogil=True)
 def _tile_scratch(chunk, d, n, dtype):
     # A slot's scratch space for _direct_tile: (the key biases, the tile's queries times a
-    # (coordinate-major), one key's logits of them, the running top two, their squared norms,
+    # (coordinate-major), their logits (key-major), _decide's scratch, their squared norms,
     # margins, hits and winning columns).
-    top = _top_buffers(chunk, dtype)
     f = np.empty
-    return f(n, dtype), f((d, chunk), dtype), f(chunk, dtype), top, f(chunk), f(chunk), f(chunk, np.int32), f(chunk, np.int32)
+    return f(n, dtype), f((d, chunk), dtype), f((n, chunk), dtype), (f(chunk, dtype), f(chunk)), f(chunk), f(chunk), f(chunk, np.int32), f(chunk, np.int32)
 
 
 @njit(inline="always", cache=True, nogil=True)
-def _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, logit, top, squares, margin, hits, columns):
-    # The verdict (hits, columns: see _verdict) on the queries lo, ..., lo + rows − 1 of task b,
+def _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, logits, scratch, squares, margin, hits, columns):
+    # The verdict (hits, columns: see _decide) on the queries lo, ..., lo + rows − 1 of task b,
     # with scores summed here, key by key across the tile's queries, in the scratch space of
     # _tile_scratch; the key biases and reach are task b's (_task_key_terms). Float32 near ties
     # are settled in float64.
@@ -399,16 +349,15 @@ def _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, lo
             x = a * q[b, lo + i, c]
             scaled[c, i] = x
             squares[i] += np.float64(x) * np.float64(x)
-    # Key by key, each key's logits ranked while they are in cache (as _decide does).
     for j in range(n):
+        logit = logits[j]
         for i in range(rows):
             logit[i] = bias[j]
         for c in range(d):
             w = keys[b, j, c]
             for i in range(rows):
                 logit[i] += scaled[c, i] * w
-        _next(logit, j, rows, top)
-    _conclude(n, rows, top, squares, reach, bounds, margin, hits, columns)
+    _decide(logits, rows, squares, reach, bounds, scratch[0], scratch[1], margin, hits, columns)
     for i in range(rows):
         if exact[3] and hits[i] > 1 and margin[i] < np.inf:
             columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
@@ -432,7 +381,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, sk
         part = worker if parts > 1 else 0
         whole = np.empty((d + 1, chunk), q.dtype)  # a tile of queries times a, as BLAS wants it
         squares = np.empty(chunk)
-        top = _top_buffers(chunk, q.dtype)
+        best, floor = np.empty(chunk, q.dtype), np.empty(chunk)
         margin = np.empty(chunk)
         hits = np.empty(chunk, np.int32)
         columns = np.empty(chunk, np.int32)
@@ -451,7 +400,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, sk
                 squares[i] = total
                 tile[d, i] = 1
             logits = np.dot(keys[b], tile)
-            _decide(logits, rows, squares, reach[b], bounds, top, margin, hits, columns)
+            _decide(logits, rows, squares, reach[b], bounds, best, floor, margin, hits, columns)
             for i in range(rows):
                 if exact[3] and hits[i] > 1 and margin[i] < np.inf:
                     start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
@@ -813,7 +762,7 @@ def _hard_steps(q, keys, a, bk, bounds, exact, index, tally, write, update, traj
     f = out.shape[2]
     sums, sizes = flat_sums.reshape(B, n, f), flat_sizes.reshape(B, n)
     for worker in prange(workers):
-        bias, scaled, logit, top, squares, margin, hits, columns = _tile_scratch(m, d, n, q.dtype)
+        bias, scaled, logits, scratch, squares, margin, hits, columns = _tile_scratch(m, d, n, q.dtype)
         kv = np.empty((cq.shape[2], f), out.dtype)
         mass = np.empty(cq.shape[2], out.dtype)
         numerator = np.empty(f, out.dtype)
@@ -822,7 +771,7 @@ def _hard_steps(q, keys, a, bk, bounds, exact, index, tally, write, update, traj
             s = at[b]
             while s < steps and not settled[b]:
                 reach = _task_key_terms(keys, b, bk, bias)
-                _direct_tile(q, keys, b, 0, m, a, reach, bounds, exact, bias, scaled, logit, top, squares, margin, hits, columns)
+                _direct_tile(q, keys, b, 0, m, a, reach, bounds, exact, bias, scaled, logits, scratch, squares, margin, hits, columns)
                 clear = True
                 for i in range(m):
                     clear &= hits[i] == 1
