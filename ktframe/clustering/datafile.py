@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import csv
 import os
 import tempfile
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ktframe.clustering import numeric_csv
 from ktframe.errors import InputError
 
 SUFFIXES = (".csv", ".npy")
@@ -59,9 +61,13 @@ def _number(text: str) -> float | None:
 
 
 def _load_csv(path: Path, dtype: np.dtype) -> np.ndarray:
-    """numpy's C parser (:func:`numpy.loadtxt`) after the header row, if any; on any failure the
-    file is read again by :func:`_load_csv_slowly`, which either reads it (a layout the C parser
-    refuses, such as quoted cells or a line of spaces) or says precisely what is wrong."""
+    """The parallel parser of :mod:`~ktframe.clustering.numeric_csv` after the header row, if
+    any; where the file is not in its plain layout, numpy's C parser (:func:`numpy.loadtxt`); on
+    any failure of that, the file is read again by :func:`_load_csv_slowly`, which either reads it
+    (a layout the C parser refuses, such as quoted cells) or says precisely what is wrong."""
+    values = _load_csv_quickly(path, dtype)
+    if values is not None:
+        return values
     try:
         with path.open(encoding="utf-8-sig") as handle:  # -sig: skip the BOM spreadsheets write
             for line in handle:
@@ -80,6 +86,38 @@ def _load_csv(path: Path, dtype: np.dtype) -> np.ndarray:
     except (ValueError, UnicodeDecodeError):
         return _load_csv_slowly(path).astype(dtype, copy=False)
     return values if values.size else np.empty((0, 0), dtype)
+
+
+def _load_csv_quickly(path: Path, dtype: np.dtype) -> np.ndarray | None:
+    """The file's numbers by :func:`numeric_csv.parse`, or None where it does not read them."""
+    size = path.stat().st_size
+    data = np.empty(size + 1, np.uint8)  # and a 0 after the text, where strtod stops
+    with path.open("rb") as handle:
+        if handle.readinto(memoryview(data)[:size]) != size:
+            return None
+    data[size] = 0
+    start = len(codecs.BOM_UTF8) if data[:3].tobytes() == codecs.BOM_UTF8 else 0  # as spreadsheets write
+    line, after = _line(data, start, size)
+    while not line.strip() and after < size:
+        start = after
+        line, after = _line(data, start, size)
+    try:
+        cells = next(csv.reader([line.decode("utf-8")]), [])
+    except UnicodeDecodeError:
+        return None
+    header = not any(_number(cell) is not None for cell in cells)
+    return numeric_csv.parse(data, after if header else start, dtype)
+
+
+def _line(data: np.ndarray, start: int, size: int) -> tuple[bytes, int]:
+    """The line of ``data`` that starts at ``start`` (without its line end) and where the next one starts."""
+    view, end, block = memoryview(data), start, 1 << 16
+    while end < size:
+        found = bytes(view[end : min(size, end + block)]).find(b"\n")
+        if found >= 0:
+            return bytes(view[start : end + found]), end + found + 1
+        end += block
+    return bytes(view[start:size]), size
 
 
 def _load_csv_slowly(path: Path) -> np.ndarray:
