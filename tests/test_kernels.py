@@ -714,6 +714,33 @@ def test_argmax_dot_leaves_skipped_tasks_alone(B, m, d):
     assert not bool(got.moved[1]) and torch.equal(got.moved[~skip], want.moved[~skip])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("B, m, n, d", [(3, 200, 8, 2), (2, 300, 40, 33)])
+def test_argmax_dot_leaves_unread_the_rows_it_knows(dtype, B, m, n, d):
+    # Step after step with the index of the step before as `known`: the same index, sums, rows
+    # and moves as without it, and a query that wins its known key again is not read at all.
+    g = torch.Generator().manual_seed(B + m + n + d)
+    k = torch.randn(B, n, d, generator=g, dtype=dtype)
+    k[:, -1] = k[:, 0]  # undecided queries, whose rows the caller writes: not known to the kernel
+    table = torch.randn(B, n, 6, generator=g, dtype=dtype)
+    plain_out, out = torch.zeros(B, m, 6, dtype=dtype), torch.zeros(B, m, 6, dtype=dtype)
+    known = torch.full((B, m), -1, dtype=torch.int64)
+    q = torch.randn(B, m, d, generator=g, dtype=dtype)
+    for step in range(4):
+        q = q + 0.3 * torch.randn(B, m, d, generator=g, dtype=dtype) * (step > 0)  # some queries change winner
+        want = kernels.argmax_dot(q, k, 2.0, -1.0, values=q, gather=(table, plain_out), track_moved=True)
+        got = kernels.argmax_dot(q, k, 2.0, -1.0, values=q, gather=(table, out), track_moved=True, known=known)
+        assert got.index is known and torch.equal(known, want.index) and got.undecided == want.undecided > 0
+        assert torch.equal(got.sums, want.sums) and torch.equal(got.sizes, want.sizes) and torch.equal(got.moved, want.moved)
+        assert torch.equal(out, plain_out)
+    b, i = (known >= 0).nonzero()[0].tolist()
+    out[b, i] += 1  # a row the kernel knows: not compared, so left as it is
+    again = kernels.argmax_dot(q, k, 2.0, -1.0, gather=(table, out), track_moved=True, known=known)
+    assert not bool(again.moved[b]) and torch.equal(out[b, i], table[b, known[b, i]] + 1)
+    with pytest.raises(ValueError, match="known index"):
+        kernels.argmax_dot(q, k, 2.0, -1.0, gather=(table, out), known=known[:, :-1])
+
+
 @pytest.mark.parametrize("B, m", [(1, 5000), (300, 40)], ids=["one-task-many-tiles", "many-one-tile-tasks"])
 def test_argmax_dot_sums_do_not_depend_on_which_thread_ran_a_tile(B, m):
     # Slots of tiles run on whichever thread; the sums must come out bit for bit the same.

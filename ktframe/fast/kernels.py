@@ -237,45 +237,47 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
     # added to segment j of partial sums number `part`, and row j of the table is copied to the
     # query's row of out where it differs, with moved[b] set then (where moved has rows). The
     # table and out come as their bits (unsigned integers): a copy of bits, compared bit for bit.
-    # Comparing first writes only the rows that change, which is most of the time none.
+    # Comparing first writes only the rows that change, which is most of the time none; where
+    # index comes known (write[5]: it holds the key whose table row each out row holds, as a
+    # previous call on an unchanged table left them), a query that wins that key again needs no
+    # compare either: its row cannot have changed.
     # Rows are flat unit-stride runs (see _flat), located in unsigned arithmetic, which spares
     # every access a test for a negative index; empty sums or out arrays ask for neither.
     # Returns the number of queries without a clear winner.
     values, value_strides, sums, sizes = tally
-    table, table_strides, out, out_strides, moved = write
+    table, table_strides, out, out_strides, moved, known = write
     u = np.uint64
     tasks, n, f = u(index.shape[0]), u(segments), u(sums.shape[0] // max(1, sizes.shape[0]))
     width = out_strides[2]
-    undecided = 0
     row = index[b, lo : lo + rows]
-    for r in range(rows):  # a pass of selects, which vectorises; the per-winner work follows
+    if f or width:
+        for r in range(rows):
+            if hits[r] != 1:
+                continue
+            i, j = lo + r, columns[r]
+            if f:
+                segment = (u(part) * tasks + u(b)) * n + u(j)
+                sizes[segment] += 1
+                source = u(b) * value_strides[0] + u(i) * value_strides[1]
+                target = segment * f
+                for c in range(f):
+                    sums[target + c] += values[source + c]
+            if width and not (known and row[r] == j):
+                source = u(b) * table_strides[0] + u(j) * table_strides[1]
+                target = u(b) * out_strides[0] + u(i) * out_strides[1]
+                same = True
+                for c in range(width):
+                    same &= out[target + c] == table[source + c]
+                if not same:
+                    for c in range(width):
+                        out[target + c] = table[source + c]
+                    if moved.shape[0]:
+                        moved[b] = True
+    undecided = 0
+    for r in range(rows):  # a pass of selects, which vectorises
         won = hits[r] == 1
         row[r] = columns[r] if won else -1
         undecided += np.int64(not won)
-    if not (f or width):
-        return undecided
-    for r in range(rows):
-        if hits[r] != 1:
-            continue
-        i, j = lo + r, columns[r]
-        if f:
-            segment = (u(part) * tasks + u(b)) * n + u(j)
-            sizes[segment] += 1
-            source = u(b) * value_strides[0] + u(i) * value_strides[1]
-            target = segment * f
-            for c in range(f):
-                sums[target + c] += values[source + c]
-        if width:
-            source = u(b) * table_strides[0] + u(j) * table_strides[1]
-            target = u(b) * out_strides[0] + u(i) * out_strides[1]
-            same = True
-            for c in range(width):
-                same &= out[target + c] == table[source + c]
-            if not same:
-                for c in range(width):
-                    out[target + c] = table[source + c]
-                if moved.shape[0]:
-                    moved[b] = True
     return undecided
 
 
@@ -505,19 +507,20 @@ def _tally(values: torch.Tensor | None, parts: int, B: int, n: int, dtype: np.dt
     return (*rows, sums, sizes), sums, sizes
 
 
-def _write(gather: tuple[torch.Tensor, torch.Tensor] | None, dtype: torch.dtype, moved: torch.Tensor) -> tuple:
-    """_settle's ``write``: (table, its strides, out, its strides and width, moved by task), as
-    bits, for ``gather=(table, out)``; width 0 (nothing written) without one."""
+def _write(gather: tuple[torch.Tensor, torch.Tensor] | None, dtype: torch.dtype, moved: torch.Tensor, known: bool = False) -> tuple:
+    """_settle's ``write``: (table, its strides, out, its strides and width, moved by task,
+    whether the index comes known), as bits, for ``gather=(table, out)``; width 0 (nothing
+    written) without one."""
     bits = np.dtype(f"u{dtype.itemsize}")
     if gather is None or not gather[1].numel():
-        return (_NOTHING[0].astype(bits), _NOTHING[1], np.zeros(1, bits), np.zeros(3, np.uint64), moved.numpy())
+        return (_NOTHING[0].astype(bits), _NOTHING[1], np.zeros(1, bits), np.zeros(3, np.uint64), moved.numpy(), False)
     table, out = gather
     if out.stride(-1) != 1 and out.shape[-1] > 1:
         raise ValueError("argmax_dot writes rows whose coordinates are contiguous")
     if table.dtype != out.dtype or table.dtype != dtype:
         raise ValueError(f"argmax_dot gathers rows of the keys' dtype {dtype}, got {table.dtype} into {out.dtype}")
     (rows, row_strides), (target, strides) = _flat(table), _flat(out)
-    return (rows.view(bits), row_strides, target.view(bits), np.array([*strides, out.shape[-1]], dtype=np.uint64), moved.numpy())
+    return (rows.view(bits), row_strides, target.view(bits), np.array([*strides, out.shape[-1]], dtype=np.uint64), moved.numpy(), known)
 
 
 def argmax_dot(
@@ -529,6 +532,7 @@ def argmax_dot(
     gather: tuple[torch.Tensor, torch.Tensor] | None = None,
     skip: torch.Tensor | None = None,
     track_moved: bool = False,
+    known: torch.Tensor | None = None,
 ) -> Winners:
     """The arg-max over keys of the logits ``a (q·k) + b ‖k‖²`` for queries ``q`` (B, m, d) and
     keys ``k`` (B, n, d), without building them: each thread sums one tile of queries at a time
@@ -549,10 +553,18 @@ def argmax_dot(
     ``skip`` (B,) bool: tasks left out altogether (a converged task, whose rows would come out
     as they are): their index rows are left unset (and count as neither decided nor
     undecided), their sums are zero, nothing of theirs is written, and they have not moved.
+
+    ``known`` (B, m) int64, with ``gather``: for each query, the key whose table row its ``out``
+    row holds, or −1 where that is not known — the index of an earlier call on this very ``out``
+    and a table unchanged since, which nothing else has written. A query that wins that key
+    again is not compared: its row stays as it is, unread. The index is written into ``known``
+    (and returned), ready for the next call.
     """
     B, m, d = q.shape
     n = k.shape[1]
-    index = torch.empty(B, m, dtype=torch.int64)
+    if known is not None and (known.shape != (B, m) or known.dtype != torch.int64 or not known.is_contiguous()):
+        raise ValueError(f"argmax_dot's known index must be a contiguous int64 tensor of shape {(B, m)}")
+    index = torch.empty(B, m, dtype=torch.int64) if known is None else known
     keys = _array(k)
     dtype = keys.dtype
     bounds, exact = _rounding(d, a, b, dtype)
@@ -569,7 +581,7 @@ def argmax_dot(
     tally, sums, sizes = _tally(values, parts, B, n, dtype)
     tracking = gather is not None and track_moved
     moved = torch.zeros(B if tracking else 0, dtype=torch.bool)
-    write = _write(gather, k.dtype, moved)
+    write = _write(gather, k.dtype, moved, known is not None)
     a, b = dtype.type(a), dtype.type(b)
     work = (index.numpy(), _skipped(skip, B), tile, slots, tally, write)
     if direct:

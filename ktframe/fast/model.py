@@ -174,6 +174,7 @@ class FastAttentionHead(AttentionHead):
         gather: tuple[torch.Tensor, torch.Tensor] | None = None,
         skip: torch.Tensor | None = None,
         track_moved: bool = False,
+        known: torch.Tensor | None = None,
     ) -> kernels.Winners | None:
         """The CPU arg-max kernel's :class:`~ktframe.fast.kernels.Winners` for projected queries and
         keys, where a query without a clear winner (close rivals, a NaN: the map must decide it)
@@ -181,7 +182,7 @@ class FastAttentionHead(AttentionHead):
         where the kernel does not apply: not an arg-max head of dot-product form, a GPU, autograd."""
         if not (self.fused_argmax and min(*q.shape, k.shape[1]) and kernels.usable(q, k)):
             return None
-        return kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather, skip=skip, track_moved=track_moved)
+        return kernels.argmax_dot(q, k, *self.score.dot_product_form(self.gamma), values=values, gather=gather, skip=skip, track_moved=track_moved, known=known)
 
     def _fused(self, q, k, v, into=None):
         a, b = self.score.dot_product_form(self.gamma)
@@ -371,15 +372,26 @@ class FastLayer(Layer):
     cluster; elsewhere every task is marked False). Applied again, the layer (a deterministic
     function of each task's streams) would leave such a task as it is, so the next step given the
     same ``settled`` skips it: its streams stay as they are, at no cost.
+
+    ``known``, a ``(B, n)`` int64 tensor, if given: the assignment that each point's slot holds,
+    as the previous step of this layer on these very streams left it (−1: not known; all −1 to
+    begin with). A step that makes its hard assignment by cluster reads it, to leave unread the
+    rows of the points that stay where they were, and leaves the new one there; any other step
+    sets it to −1.
     """
 
-    def forward(self, points: torch.Tensor, centers: torch.Tensor, settled: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, points: torch.Tensor, centers: torch.Tensor, settled: torch.Tensor | None = None, known: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         in_place = self._in_place(points, centers)
         p, c = self.point_norm(points), self.center_norm(centers)
         summed = in_place and self.center_cross.linear_attention
         # A hard assignment is made, and the center keys summed, by cluster where it can be.
         skip = settled if settled is not None and bool(settled.any()) else None
-        assigned = self._assign(points, c, skip, track_moved=settled is not None) if summed else None
+        usable = known if known is not None and self.gathers_fixed_rows else None
+        assigned = self._assign(points, c, skip, track_moved=settled is not None, known=usable) if summed else None
+        if known is not None and (assigned is None or usable is None):
+            known.fill_(-1)  # the next step cannot know what this one left in the slot
         by_cluster, moved = assigned if assigned is not None else (None, None)
         if settled is not None:
             # The point stream changes only where the kernel moved an assignment; the center
@@ -419,12 +431,12 @@ class FastLayer(Layer):
         return slice(*slots.pop()) if len(slots) == 1 else slice(None)
 
     def _assign(
-        self, points: torch.Tensor, c: torch.Tensor, skip: torch.Tensor | None = None, track_moved: bool = False
+        self, points: torch.Tensor, c: torch.Tensor, skip: torch.Tensor | None = None, track_moved: bool = False, known: torch.Tensor | None = None
     ) -> tuple[ClusterSums, torch.Tensor | None] | None:
         """The point update of a hard assignment, in place, and the center update's key sums by
         cluster, from the winners' index, with (if ``track_moved``) a ``(B,)`` bool tensor of the
         tasks in which the update changed a point; None (and nothing written) where this does
-        not apply. Tasks marked in ``skip`` are left as they are.
+        not apply. Tasks marked in ``skip`` are left as they are; ``known`` as in :meth:`forward`.
 
         It applies when the point stream's one writer is an arg-max head whose slot is reset (the
         new assignment replaces the old) and the center update's keys read nothing but that slot
@@ -438,7 +450,7 @@ class FastLayer(Layer):
         cross, center = self.point_cross, self.center_cross
         k, v = cross.project(c)
         q, values, slot = cross.q(points), center.v(points), points[..., cross.slot]
-        found = cross.winners(q, k, values, gather=(v, slot), skip=skip, track_moved=track_moved)
+        found = cross.winners(q, k, values, gather=(v, slot), skip=skip, track_moved=track_moved, known=known)
         if found is None:
             return None
         sums, sizes, moved = found.sums, found.sizes, found.moved
@@ -481,6 +493,19 @@ class FastLayer(Layer):
             and isinstance(center.v, Select)
             and all(cross.slot.start <= i < cross.slot.stop for i in center.k.sources)
             and not any(cross.slot.start <= i < cross.slot.stop for i in center.v.sources)
+        )
+
+    @functools.cached_property
+    def gathers_fixed_rows(self) -> bool:
+        """Whether the rows that :meth:`_assign` gathers into the points' slot (the value rows of
+        the point update's arg-max head) are a part of the center stream that no head of the
+        center update writes: the same rows from one step of this layer to the next."""
+        cross = self.point_cross
+        written = [self.center_cross.slot, self.center_self.slot] + ([self.center_ffn.slot] if self.center_ffn is not None else [])
+        return (
+            isinstance(self.center_norm, nn.Identity)
+            and isinstance(cross.v, Select)
+            and not any(s.start <= i < s.stop for s in written for i in cross.v.sources)
         )
 
     @functools.cached_property
@@ -624,12 +649,13 @@ class FastKMeansTransformer(KMeansTransformer):
         trajectory = [C0]  # copies: without autograd the streams are updated in place
         n_iter = torch.full((X.shape[0],), steps, dtype=torch.long)
         settled = torch.zeros(X.shape[0], dtype=torch.bool)
+        known = torch.full(points.shape[:2], -1, dtype=torch.long)
         for step, layer in enumerate(layers):
             if reembed and step > 0:
                 points, centers = self.embedding.points(X, self.k), self.embedding.centers(trajectory[-1])
             watch = skip_settled and not reembed and not torch.is_grad_enabled() and _reports_settled(layer)
             if watch and all(later is layer for later in layers[step + 1 :]):
-                points, centers = layer(points, centers, settled=settled)
+                points, centers = layer(points, centers, settled=settled, **({"known": known} if _takes(type(layer).forward, "known") else {}))
                 n_iter[settled & (n_iter == steps)] = step + 1
                 if bool(settled.all()):  # every remaining step would leave every task as it is
                     trajectory += [read(centers, self.d).clone()] * (steps - step)
@@ -642,14 +668,14 @@ class FastKMeansTransformer(KMeansTransformer):
 
 
 @functools.cache
-def _takes_settled(forward: Callable) -> bool:
-    return "settled" in inspect.signature(forward).parameters
+def _takes(forward: Callable, argument: str) -> bool:
+    return argument in inspect.signature(forward).parameters
 
 
 def _reports_settled(layer: nn.Module) -> bool:
     """Whether a layer's forward takes ``settled`` (see :class:`Layer`): a subclass that
     overrides it without that argument cannot tell which tasks a step left as they were."""
-    return _takes_settled(type(layer).forward)
+    return _takes(type(layer).forward, "settled")
 
 
 # --- choosing the fast path ------------------------------------------------------------------------
