@@ -60,6 +60,11 @@ def _number(text: str) -> float | None:
         return None
 
 
+def _is_header(cells: list[str]) -> bool:
+    """Whether a file's first row names its columns: none of its cells is a number."""
+    return not any(_number(cell) is not None for cell in cells)
+
+
 def _load_csv(path: Path, dtype: np.dtype) -> np.ndarray:
     """The parallel parser of :mod:`~ktframe.clustering.numeric_csv` after the header row, if
     any; where the file is not in its plain layout, numpy's C parser (:func:`numpy.loadtxt`); on
@@ -76,7 +81,7 @@ def _load_csv(path: Path, dtype: np.dtype) -> np.ndarray:
             else:
                 return np.empty((0, 0), dtype)
             first = next(csv.reader([line]), [])
-            if any(_number(cell) is not None for cell in first):  # no header: parse the first row too
+            if not _is_header(first):  # parse the first row too
                 handle.seek(0)  # (the decoder skips the BOM again)
                 values = np.loadtxt(handle, delimiter=",", comments=None, dtype=dtype, ndmin=2)
             else:
@@ -105,8 +110,7 @@ def _load_csv_quickly(path: Path, dtype: np.dtype) -> np.ndarray | None:
         cells = next(csv.reader([line.decode("utf-8")]), [])
     except UnicodeDecodeError:
         return None
-    header = not any(_number(cell) is not None for cell in cells)
-    return numeric_csv.parse(data, after if header else start, dtype)
+    return numeric_csv.parse(data, after if _is_header(cells) else start, dtype)
 
 
 def _line(data: np.ndarray, start: int, size: int) -> tuple[bytes, int]:
@@ -126,8 +130,8 @@ def _load_csv_slowly(path: Path) -> np.ndarray:
             rows = [row for row in csv.reader(handle) if any(cell.strip() for cell in row)]
     except UnicodeDecodeError:
         raise InputError(f"{path}: not a text CSV file; expected UTF-8 text with one point per row") from None
-    if rows and all(_number(cell) is None for cell in rows[0]):
-        rows = rows[1:]  # a header row
+    if rows and _is_header(rows[0]):
+        rows = rows[1:]
     if not rows:
         return np.empty((0, 0))
     width = len(rows[0])

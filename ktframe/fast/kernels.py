@@ -329,12 +329,18 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
 
 
 @njit(inline="always", cache=True, nogil=True)
+def _decide_scratch(chunk, dtype):
+    # _decide's scratch for a tile of `chunk` queries: (best, floor).
+    return np.empty(chunk, dtype), np.empty(chunk)
+
+
+@njit(inline="always", cache=True, nogil=True)
 def _tile_scratch(chunk, d, n, dtype):
     # A slot's scratch space for _direct_tile: (the key biases, the tile's queries times a
     # (coordinate-major), their logits (key-major), _decide's scratch, their squared norms,
     # margins, hits and winning columns).
     f = np.empty
-    return f(n, dtype), f((d, chunk), dtype), f((n, chunk), dtype), (f(chunk, dtype), f(chunk)), f(chunk), f(chunk), f(chunk, np.int32), f(chunk, np.int32)
+    return f(n, dtype), f((d, chunk), dtype), f((n, chunk), dtype), _decide_scratch(chunk, dtype), f(chunk), f(chunk), f(chunk, np.int32), f(chunk, np.int32)
 
 
 @njit(inline="always", cache=True, nogil=True)
@@ -383,7 +389,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, sk
         part = worker if parts > 1 else 0
         whole = np.empty((d + 1, chunk), q.dtype)  # a tile of queries times a, as BLAS wants it
         squares = np.empty(chunk)
-        best, floor = np.empty(chunk, q.dtype), np.empty(chunk)
+        best, floor = _decide_scratch(chunk, q.dtype)
         margin = np.empty(chunk)
         hits = np.empty(chunk, np.int32)
         columns = np.empty(chunk, np.int32)

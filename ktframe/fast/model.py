@@ -649,13 +649,15 @@ class FastKMeansTransformer(KMeansTransformer):
         trajectory = [C0]  # copies: without autograd the streams are updated in place
         n_iter = torch.full((X.shape[0],), steps, dtype=torch.long)
         settled = torch.zeros(X.shape[0], dtype=torch.bool)
-        known = torch.full(points.shape[:2], -1, dtype=torch.long)
+        known = None  # made at the first step that hands it on: see FastLayer
         for step, layer in enumerate(layers):
             if reembed and step > 0:
                 points, centers = self.embedding.points(X, self.k), self.embedding.centers(trajectory[-1])
             watch = skip_settled and not reembed and not torch.is_grad_enabled() and _reports_settled(layer)
             if watch and all(later is layer for later in layers[step + 1 :]):
-                points, centers = layer(points, centers, settled=settled, **({"known": known} if _takes(type(layer).forward, "known") else {}))
+                if known is None and _takes(type(layer).forward, "known"):
+                    known = torch.full(points.shape[:2], -1, dtype=torch.long)
+                points, centers = layer(points, centers, settled=settled, **({} if known is None else {"known": known}))
                 n_iter[settled & (n_iter == steps)] = step + 1
                 if bool(settled.all()):  # every remaining step would leave every task as it is
                     trajectory += [read(centers, self.d).clone()] * (steps - step)
