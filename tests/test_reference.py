@@ -276,6 +276,31 @@ def test_fast_kmeans_plusplus_potential_is_within_rounding_on_float32():
     torch.testing.assert_close(reference.objective(X, fast), reference.objective(X, exact), rtol=1e-5, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_fast_kmeans_plusplus_kernels_choose_as_its_torch_operations(dtype, greedy, monkeypatch):
+    # The CPU kernels (norms, the fused potentials pass, the settled column) and the torch
+    # operations used elsewhere choose the same centers, on 1 thread and on 2 (the potentials'
+    # sums are taken by blocks in a fixed order), with duplicated points among the data.
+    g = torch.Generator().manual_seed(11)
+    X = torch.randn(2, 9000, 6, generator=g, dtype=dtype) * 3
+    X = torch.cat([X, X[:, :500]], dim=1)
+    seeds = []
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            seeds.append(seeding.kmeans_plusplus(X, 40, torch.Generator().manual_seed(3), greedy=greedy))
+    finally:
+        torch.set_num_threads(before)
+    monkeypatch.setenv("KTFRAME_NO_KERNELS", "1")
+    seeds.append(seeding.kmeans_plusplus(X, 40, torch.Generator().manual_seed(3), greedy=greedy))
+    assert torch.equal(seeds[0], seeds[1])
+    assert torch.equal(seeds[0], seeds[2])
+    for b in range(2):
+        assert torch.unique(seeds[0][b], dim=0).shape[0] == 40
+
+
 # --- the fast path's Lloyd, nearest centers and objective (ktframe.fast.lloyd) -----------------
 
 
