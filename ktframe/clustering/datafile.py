@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ktframe import memory
 from ktframe.clustering import numeric_csv
 from ktframe.errors import InputError
 
@@ -97,7 +96,7 @@ def _load_csv(path: Path, dtype: np.dtype) -> np.ndarray:
 def _load_csv_quickly(path: Path, dtype: np.dtype) -> np.ndarray | None:
     """The file's numbers by :func:`numeric_csv.parse`, or None where it does not read them."""
     size = path.stat().st_size
-    data = memory.zeros((size + 1,), np.uint8)  # and a 0 after the text, where strtod stops
+    data = np.empty(size + 1, np.uint8)  # and a 0 after the text, where strtod stops
     with path.open("rb") as handle:
         if handle.readinto(memoryview(data)[:size]) != size:
             return None

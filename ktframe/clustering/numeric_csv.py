@@ -21,8 +21,6 @@ import numba
 import numpy as np
 from numba import njit, prange, types
 
-from ktframe import memory
-
 # The C library's strtod, linked by name (a cached kernel finds it again when it is loaded).
 # It takes the text's address and that of a pointer it sets to the end of the number.
 _strtod = types.ExternalFunction("strtod", types.float64(types.uintp, types.uintp))
@@ -48,7 +46,7 @@ def parse(data: np.ndarray, start: int, dtype: np.dtype) -> np.ndarray | None:
     width = _width(data, firsts, pasts)
     if width == 0:
         return np.empty((0, 0), dtype)
-    out = memory.zeros((firsts.size, width), dtype)
+    out = np.empty((firsts.size, width), dtype)
     blank = np.zeros(firsts.size, np.bool_)
     if _parse_rows(data, firsts, pasts, out, blank, _POWERS, min(workers, firsts.size)):
         return None

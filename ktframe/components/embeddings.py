@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ktframe import memory
 from ktframe.plugin.hookspecs import Register, hookimpl
 
 
@@ -51,10 +50,9 @@ class Embedding:
 
 def data_tokens(X: torch.Tensor, width: int) -> torch.Tensor:
     """Tokens ``(B, n, width)`` that hold ``X`` (B, n, d) in their first d coordinates and zeros
-    after: new memory (on huge pages when large, :mod:`ktframe.memory`), which the model may
-    update in place."""
+    after: new memory, which the model may update in place."""
     B, n, d = X.shape
-    tokens = memory.tensor_zeros((B, n, width), like=X)
+    tokens = X.new_zeros(B, n, width)
     tokens[..., :d] = X
     return tokens
 

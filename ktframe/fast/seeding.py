@@ -156,7 +156,7 @@ def kmeans_plusplus(
     chosen = [first]
     sq_norms = _squared_norms(X)  # (B, n)
     closest = _settle(_candidate_sqdist(X, sq_norms, first.unsqueeze(1)).squeeze(-1), sq_norms, first, d)
-    buffer = memory.tensor_zeros((B, n, trials), like=X)  # reused: a fresh (B, n, t) array every step costs its page faults
+    buffer = X.new_empty(B, n, trials)  # reused: a fresh (B, n, t) array every step costs its page faults
     for _ in range(1, k):
         total = closest.sum(dim=1, keepdim=True)
         weights = closest if bool((total > 0).all()) else torch.where(total > 0, closest, torch.ones_like(closest))
