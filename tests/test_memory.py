@@ -1,4 +1,4 @@
-"""``ktframe.memory``: freed memory handed back to the system."""
+"""``ktframe.fast.memory``: freed memory handed back to the system."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ktframe import memory
+from ktframe.fast import memory
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or memory._malloc_trim() is None, reason="glibc's malloc_trim")

@@ -13,9 +13,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from ktframe import memory
 from ktframe.clustering.reference import BLOCK_ELEMENTS
-from ktframe.fast import kernels
+from ktframe.fast import kernels, memory
 
 
 def _candidate_sqdist(X: torch.Tensor, sq_norms: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
