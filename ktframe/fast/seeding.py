@@ -1,8 +1,9 @@
 """k-means++ seeding on the fast path: the draws of
 :func:`ktframe.clustering.reference.kmeans_plusplus`, with the distances to the candidates from one
 matrix product per step (``‖x‖² − 2 x·c + ‖c‖²``, as scikit-learn computes them) instead of the
-exact differences. ``TransformerKMeans(init="k-means++")`` seeds with it; the evaluation's
-baselines seed with the reference. ``tests/test_reference.py`` checks the two choose alike.
+exact differences, and on the CPU each step's passes over them by numba kernels (:func:`_potentials`,
+:func:`_take`). ``TransformerKMeans(init="k-means++")`` seeds with it; the evaluation's baselines
+seed with the reference. ``tests/test_reference.py`` checks the two choose alike.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from numba import njit, prange
 
 from ktframe.clustering.reference import BLOCK_ELEMENTS
 from ktframe.fast import kernels, memory
+
+# Points a kernel worker adds up at a time: the potentials' partial sums, added in block order.
+SUM_BLOCK = 4096
 
 
 def _candidate_sqdist(X: torch.Tensor, sq_norms: torch.Tensor, index: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -86,7 +90,7 @@ def _row_squares(X, out):
     B, n, d = X.shape
     for at in prange(B * n):
         b, i = at // n, at % n
-        total = X[b, i, 0] - X[b, i, 0]
+        total = X[b, i, 0] - X[b, i, 0]  # a zero of X's dtype
         for c in range(d):
             total += X[b, i, c] * X[b, i, c]
         out[b, i] = total
@@ -105,10 +109,6 @@ def _potentials(D: torch.Tensor, cand_norms: torch.Tensor, closest: torch.Tensor
     with kernels._using(kernels._thread_count(D.numel())):
         _fold(kernels._array(D), kernels._array(cand_norms), kernels._array(closest), partial, SUM_BLOCK)
     return torch.from_numpy(partial.sum(axis=1))
-
-
-# Points a kernel worker adds up at a time (the partial sums of the potentials).
-SUM_BLOCK = 4096
 
 
 @njit(parallel=True, cache=True, nogil=True)
