@@ -4,17 +4,35 @@
 #   2. a 2 000-step `paper` run in 32-true and in bf16-mixed precision (time per step, val metrics);
 #   3. the exact-model benchmarks with --device cuda (lloyd_vs_sklearn.py, many_small_tasks.py).
 # With --seeds, it then trains seeds 0-9 of `paper` and `paper-none` (a multirun each) and reports them.
+# With --figures, it trains the paper's Figures 9 and 10 instead (the sweeps in the headers of
+# configs/fig9.yaml and configs/fig10.yaml: 78 runs, eight at a time) and reports each, and nothing else.
 #
 #   bash benchmarks/gpu.sh [OUT]            # OUT defaults to gpu-results/; figures in OUT/gpu.json
 #   bash benchmarks/gpu.sh OUT --seeds      # also the twenty seed runs, into OUT/runs/
+#   bash benchmarks/gpu.sh OUT --figures    # the Figure 9 / 10 runs alone, into OUT/runs/, reports in OUT/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-results}
-SEEDS=${2:-}
+MODE=${2:-}
+case "$MODE" in
+  "" | --seeds | --figures) ;;
+  *) echo "benchmarks/gpu.sh: unknown option $MODE; expected --seeds or --figures" >&2; exit 2 ;;
+esac
 PY=${PYTHON:-python}
 mkdir -p "$OUT"
 $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'benchmarks/gpu.sh needs a CUDA device; torch sees none')"
 $PY -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))" | tee "$OUT/device.txt"
+
+if [ "$MODE" = "--figures" ]; then
+  GPU=(trainer.accelerator=gpu trainer.progress_bar=false logger.kind=csv root="$OUT/runs" --jobs 8)
+  $PY -m ktframe.cli.main fit -m preset=fig9 optim.loss_lambda=1.0,4.0,7.0,10.0 data.d=4,32 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig9 "${GPU[@]}" 2>&1 | tail -n 5
+  $PY -m ktframe.cli.main fit -m preset=fig10 data.k=10,16,25 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig10a "${GPU[@]}" 2>&1 | tail -n 5
+  $PY -m ktframe.cli.main fit -m preset=fig10 data.k=6 data.d=8,16 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig10b "${GPU[@]}" 2>&1 | tail -n 5
+  for sweep in fig9 fig10a fig10b; do
+    $PY -m ktframe.cli.main report "$OUT/runs/$sweep" --out "$OUT/$sweep" 2>&1 | tail -n 3
+  done
+  exit 0
+fi
 
 $PY -m pytest -m cuda -n 0 -q -p no:cacheprovider tests 2>&1 | tee "$OUT/tests.txt"
 
@@ -28,7 +46,7 @@ done
 $PY benchmarks/lloyd_vs_sklearn.py --device cuda 2>&1 | tee "$OUT/lloyd_vs_sklearn.txt"
 $PY benchmarks/many_small_tasks.py --device cuda 2>&1 | tee "$OUT/many_small_tasks.txt"
 
-if [ "$SEEDS" = "--seeds" ]; then
+if [ "$MODE" = "--seeds" ]; then
   for preset in paper paper-none; do
     $PY -m ktframe.cli.main fit -m preset=$preset "trainer.seed=range(0,10)" root="$OUT/runs" name="$preset-seeds" \
       trainer.accelerator=gpu trainer.progress_bar=false logger.kind=csv eval.after_fit=true --jobs 2 2>&1 | tail -n 5

@@ -201,3 +201,40 @@ def test_a_k_above_the_models_maximum_is_one_line(any_k, tmp_path):
         assert "k=5" in line and "at most k=4" in line and "expected every k <= 4" in line, line
     line = refused(any_k, tmp_path / "out", "eval.ks=[2,4]", "eval.ns=[3,32]")
     assert "eval.ns holds n=3, fewer points than k=4" in line, line
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. The model's last steps taken by Lloyd's algorithm (eval.lloyd_last)
+
+
+def test_lloyd_last_finishes_the_models_run_with_lloyds_steps(fixed, tmp_path):
+    """model+lloyd is the model's curve up to step T − N, then Lloyd's N steps from the centers the
+    model had reached there: recomputed here from the model and the reference Lloyd on the setting's
+    tasks (one batch, drawn first); the other methods are as without the option."""
+    from ktframe.clustering.reference import lloyd
+    from ktframe.fast.lloyd import objective
+
+    plain = evaluate(fixed, tmp_path / "plain", "eval.batch_size=4", "eval.inits=[random]")
+    report = evaluate(fixed, tmp_path / "finished", "eval.batch_size=4", "eval.inits=[random]", "eval.lloyd_last=2")
+    config, model = load_checkpoint(fixed)
+    for setting, before in zip(report["settings"], plain["settings"]):
+        curves = setting["log_objective"]
+        assert set(curves) == METHODS | {"model+lloyd"}
+        assert {m: v for m, v in curves.items() if m != "model+lloyd"} == before["log_objective"]
+        assert curves["model+lloyd"][:2] == curves["model"][:2]  # steps 0 and 1: the model's
+        X, C0, _ = draw(OmegaConf.create(config["data"]), 4, torch.Generator().manual_seed(777 * 100_003 + setting["n"]), n=setting["n"], init="random")
+        with torch.no_grad():
+            reached = model(X, C0, n_steps=1, reembed=True).centers
+        trajectory = lloyd(X, reached, 2).trajectory
+        expected = [objective(X.double(), trajectory[:, t].double()).log().mean().item() for t in (1, 2)]
+        # float32 centers, their sums taken in another order than the fast path's
+        assert curves["model+lloyd"][2:] == pytest.approx(expected, rel=1e-6), setting["n"]
+    # N = T: Lloyd's from the initial centers, that is, the lloyd curve.
+    every = evaluate(fixed, tmp_path / "every", "eval.batch_size=4", "eval.inits=[random]", "eval.ns=[32]", "eval.lloyd_last=3")
+    assert every["log_objective"]["model+lloyd"] == pytest.approx(every["log_objective"]["lloyd"], rel=1e-9)
+
+
+def test_lloyd_last_out_of_range_is_one_line(fixed, tmp_path):
+    line = refused(fixed, tmp_path / "out", "eval.lloyd_last=4", cli=True)
+    assert "'eval.lloyd_last' must be an integer from 0 to eval.steps=3; got 4" in line, line
+    assert "'eval.lloyd_last' must be an integer >= 0; got -1" in refused(fixed, tmp_path / "out", "eval.lloyd_last=-1")

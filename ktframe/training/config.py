@@ -119,6 +119,7 @@ class EvalConfig:
     ks: Optional[list] = key(None, "clusters per task, one setting each (a model trained for any k: each up to its maximum); null: data.k")
     baselines: list = key(help="more methods, final objective only: breathing-kmeans (bkmeans package), best-of-10 (scikit-learn, n_init=10)", factory=list)
     batch_size: int = key(32, "tasks per batch")
+    lloyd_last: int = key(0, "also report the model with its last N steps taken by Lloyd's algorithm (exact, gamma = inf) instead, as method model+lloyd; 0: not")
     after_fit: bool = key(False, "evaluate the best checkpoint when training ends (run folder's eval/, and W&B)")
 
 
@@ -300,7 +301,7 @@ _AT_LEAST = {
     "data.n": 1, "data.d": 1, "data.k": 1, "data.batch_size": 1, "data.val_tasks": 1, "data.val_batch_size": 1,
     "data.num_workers": 0, "model.n_layers": 1, "model.unroll": 1, "optim.plateau_patience": 0,
     "trainer.max_steps": 1, "trainer.val_every": 1, "trainer.log_every": 1, "trainer.num_nodes": 1,
-    "eval.tasks": 1, "eval.steps": 1, "eval.batch_size": 1,
+    "eval.tasks": 1, "eval.steps": 1, "eval.batch_size": 1, "eval.lloyd_last": 0,
 }  # fmt: skip
 # Keys that must be a number > 0; "inf" is a valid gamma (the hard limit), nothing else's.
 _POSITIVE = {"data.std": False, "model.gamma": True, "optim.lr": False, "optim.loss_lambda": False, "logger.init_timeout": False}
@@ -342,6 +343,8 @@ def check_values(cfg: DictConfig) -> None:
         raise _value_error("eval.ns", list(cfg.eval.ns), "a non-empty list of integers >= 1")
     if cfg.eval.ks is not None and not (cfg.eval.ks and all(type(k) is int and k >= 1 for k in cfg.eval.ks)):
         raise _value_error("eval.ks", list(cfg.eval.ks), "null or a non-empty list of integers >= 1")
+    if cfg.eval.lloyd_last > cfg.eval.steps:
+        raise _value_error("eval.lloyd_last", cfg.eval.lloyd_last, f"an integer from 0 to eval.steps={cfg.eval.steps}")
     if not all(name in BASELINES for name in cfg.eval.baselines):
         raise _value_error("eval.baselines", list(cfg.eval.baselines), "a list of baseline names, each one of " + ", ".join(BASELINES))
     for name in ("k_range", "n_range"):

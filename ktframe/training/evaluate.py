@@ -6,7 +6,9 @@ greedy k-means++ + Lloyd. Figure of merit: the mean over tasks of log Σ_i min_j
 every step. Initial centers random data points or k-means++; any n; any distribution family; any
 k the model takes (``eval.ks``: the trained k, or any up to its maximum for a model trained on a
 ``data.k_range``). ``eval.baselines`` adds methods that run to convergence on their own
-(:mod:`ktframe.training.baselines`), reported by their final objective alone.
+(:mod:`ktframe.training.baselines`), reported by their final objective alone. ``eval.lloyd_last=N``
+adds ``model+lloyd``: the model's first steps, then N of Lloyd's, which the hand-built
+construction takes exactly (its γ = ∞ limit) — the same number of steps in all.
 """
 
 from __future__ import annotations
@@ -133,6 +135,14 @@ def _log_means(X: torch.Tensor, trajectory: torch.Tensor) -> torch.Tensor:
     return torch.stack([fast.objective(X, trajectory[:, t].double()).log() for t in range(trajectory.shape[1])], dim=1)
 
 
+def _finish_with_lloyd(X: torch.Tensor, trajectory: torch.Tensor, steps: int) -> torch.Tensor:
+    """The model's ``trajectory`` ``(B, T + 1, k, d)`` with its last ``steps`` steps replaced by
+    Lloyd's from the centers it had reached before them."""
+    head = trajectory[:, : trajectory.shape[1] - steps]
+    tail = fast.lloyd(X, head[:, -1], steps).trajectory[:, 1:].to(head.dtype)
+    return torch.cat([head, tail], dim=1)
+
+
 def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k: int) -> dict[str, Any]:
     """One setting: the mean log objective of every method at every step over ``eval.tasks``
     tasks of n points and k clusters, and of every baseline at its end (``final``)."""
@@ -140,7 +150,7 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
     variant = get_variant(config["model"]["variant"])
     data_cfg = OmegaConf.create(data)
     generator = _task_generator(config, n, k)
-    methods = (*METHODS, "reference") if variant.reference is not None else METHODS
+    methods = (*METHODS, *(["model+lloyd"] if ev["lloyd_last"] else []), *(["reference"] if variant.reference is not None else []))
     sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in methods}
     finals = {name: torch.zeros((), dtype=torch.float64) for name in ev["baselines"]}
     for start in range(0, ev["tasks"], ev["batch_size"]):
@@ -154,6 +164,8 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
             "kmeans++": fast.lloyd(X, plain, ev["steps"]).trajectory,
             "greedy-kmeans++": fast.lloyd(X, greedy, ev["steps"]).trajectory,
         }
+        if ev["lloyd_last"]:
+            runs["model+lloyd"] = _finish_with_lloyd(X, runs["model"], ev["lloyd_last"])
         if variant.reference is not None:  # the classical algorithm the model's variant claims
             runs["reference"] = variant.run_reference(X, C0, ev["steps"], config["model"]["gamma"], config["model"].get("options")).trajectory
         X64 = X.double()
