@@ -119,7 +119,9 @@ class EvalConfig:
     ks: Optional[list] = key(None, "clusters per task, one setting each (a model trained for any k: each up to its maximum); null: data.k")
     baselines: list = key(help="more methods, final objective only: breathing-kmeans (bkmeans package), best-of-10 (scikit-learn, n_init=10)", factory=list)
     batch_size: int = key(32, "tasks per batch")
-    lloyd_last: int = key(0, "also report the model with its last N steps taken by Lloyd's algorithm (exact, gamma = inf) instead, as method model+lloyd; 0: not")
+    lloyd_last: int = key(
+        0, "also report the model with its last N steps taken by Lloyd's algorithm (exact, gamma = inf) instead, as method model+lloyd; 0: not"
+    )
     after_fit: bool = key(False, "evaluate the best checkpoint when training ends (run folder's eval/, and W&B)")
 
 
