@@ -60,8 +60,12 @@ def test_a_tiny_grid_end_to_end(tmp_path):
     for axis in ("by_gamma", "by_scale", "by_k"):
         ours, theirs = comparison[axis]["ours"], comparison[axis]["theirs"]
         assert ours.keys() == theirs.keys() and all(math.isclose(theirs[key], ours[key] + 0.5, abs_tol=1e-6) for key in ours)
+    # Cell by cell: theirs is ours shifted, so perfectly correlated, and never at Lloyd's.
+    assert all(math.isclose(r, 1.0, abs_tol=1e-9) for r in comparison["correlation"].values())
+    assert set(comparison["at_lloyd"]["theirs"].values()) == {0.0} and comparison["at_lloyd"]["ours"]["100.0"] > 0.5
     assert (tmp_path / "again" / "gamma-sweep.csv").read_bytes() == (tmp_path / "sweep" / "gamma-sweep.csv").read_bytes()
-    assert "| ktframe |" in (tmp_path / "again" / "gamma-sweep-against.md").read_text()
+    text = (tmp_path / "again" / "gamma-sweep-against.md").read_text()
+    assert "| ktframe |" in text and "| correlation | 1.000 | 1.000 |" in text
 
 
 def test_the_tasks_follow_the_papers_protocol():

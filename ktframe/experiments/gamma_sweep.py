@@ -264,15 +264,27 @@ def read_other(path: Path) -> dict[tuple, float]:
     return cells
 
 
+# A cell where the model ends within this of Lloyd's log objective counts as "at Lloyd's".
+AT_LLOYD = 1e-3
+
+
 def against(rows: list[dict], other: dict[tuple, float]) -> dict:
-    """Medians of delta by γ, by scale and by k, for ``rows`` and for ``other`` over the cells
-    that both hold; how many of ``rows``' cells ``other`` lacks (or holds as NaN)."""
+    """Over the cells that both hold: medians of delta by γ, by scale and by k, for ``rows`` and
+    for ``other``; per γ, the share of cells at Lloyd's (``|delta| < AT_LLOYD``) on each side and
+    the correlation of the two sides' deltas cell by cell. How many of ``rows``' cells ``other``
+    lacks (or holds as NaN)."""
     shared = [row for row in rows if _cell(row) in other]
     theirs = [{**row, "delta": other[_cell(row)]} for row in shared]
+    by_gamma: dict[float, list[tuple[float, float]]] = {}
+    for row in shared:
+        by_gamma.setdefault(row["gamma"], []).append((row["delta"], other[_cell(row)]))
+    pairs = {gamma: np.array(values) for gamma, values in sorted(by_gamma.items())}
     return {
         "cells": len(rows),
         "shared": len(shared),
         **{f"by_{axis}": {"ours": medians(shared, axis), "theirs": medians(theirs, axis)} for axis in ("gamma", "scale", "k")},
+        "at_lloyd": {side: {gamma: float(np.mean(np.abs(p[:, i]) < AT_LLOYD)) for gamma, p in pairs.items()} for i, side in enumerate(("ours", "theirs"))},
+        "correlation": {gamma: float(np.corrcoef(p[:, 0], p[:, 1])[0, 1]) if len(p) > 1 else math.nan for gamma, p in pairs.items()},
     }
 
 
@@ -297,6 +309,17 @@ def against_markdown(comparison: dict, other: Path) -> str:
             "| " + " | ".join(["ktframe", *(f"{table['ours'][key]:+.4f}" for key in keys)]) + " |",
             "| " + " | ".join([other.name, *(f"{table['theirs'][key]:+.4f}" for key in keys)]) + " |",
         ]
+    gammas = list(comparison["correlation"])
+    lines += [
+        "",
+        f"Cell by cell, per gamma: the share of cells at Lloyd's (|delta| < {AT_LLOYD:g}) on each side, and the correlation of the two sides' deltas:",
+        "",
+        "| " + " | ".join(["gamma", *(f"{gamma:g}" for gamma in gammas)]) + " |",
+        "|---" * (len(gammas) + 1) + "|",
+        "| " + " | ".join(["at Lloyd's, ktframe", *(f"{comparison['at_lloyd']['ours'][g]:.1%}" for g in gammas)]) + " |",
+        "| " + " | ".join([f"at Lloyd's, {other.name}", *(f"{comparison['at_lloyd']['theirs'][g]:.1%}" for g in gammas)]) + " |",
+        "| " + " | ".join(["correlation", *(f"{comparison['correlation'][g]:.3f}" for g in gammas)]) + " |",
+    ]
     return "\n".join(lines) + "\n"
 
 
