@@ -57,6 +57,11 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return checkpoint
 
 
+def model_weights(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """The model's own weights in a training checkpoint (the LightningModule's ``model.*``)."""
+    return {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items() if key.startswith("model.")}
+
+
 def load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | os.PathLike) -> None:
     """``module.load_state_dict(state)``; weights of other shapes or names are a one-line error
     naming the first difference."""

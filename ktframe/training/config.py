@@ -66,6 +66,9 @@ class ModelConfig:
     scale: Optional[float] = key(None, "attention scale; null: 1/sqrt(d_emb)")
     dropout: float = key(0.01, "attention dropout while training")
     options: dict = key(help="the variant's own build options (`ktframe plugins` lists them)", factory=dict)
+    init_from: Optional[str] = key(
+        None, "a checkpoint of ktframe fit whose weights the model starts from (a fresh optimiser, schedule and step count); null: fresh weights"
+    )
 
 
 @dataclass

@@ -28,7 +28,7 @@ from ktframe.errors import InputError
 from ktframe.fast import lloyd as fast
 from ktframe.plugin.variant import get_variant
 from ktframe.training import baselines
-from ktframe.training.checkpoint_io import load_weights, read_checkpoint
+from ktframe.training.checkpoint_io import load_weights, model_weights, read_checkpoint
 from ktframe.training.config import check_keys, merge, parse_overrides, to_dict
 from ktframe.training.data import draw
 from ktframe.training.module import model_from_config
@@ -41,9 +41,8 @@ def load_checkpoint(path: str | Path) -> tuple[dict, torch.nn.Module]:
     ``weights_only=True``: a file that would need to run code to load is refused."""
     checkpoint = read_checkpoint(path)
     config = checkpoint["hyper_parameters"]["config"]
-    state = {key.removeprefix("model."): value for key, value in checkpoint["state_dict"].items() if key.startswith("model.")}
     model = model_from_config(config)
-    load_weights(model, state, path)
+    load_weights(model, model_weights(checkpoint), path)
     return config, model.eval()
 
 

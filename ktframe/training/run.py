@@ -33,7 +33,7 @@ from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
 from ktframe.plugin.manager import registry
 from ktframe.training.callbacks import SeedEachStep, ValidateLastStep
-from ktframe.training.checkpoint_io import AtomicCheckpointIO, load_weights, read_checkpoint
+from ktframe.training.checkpoint_io import AtomicCheckpointIO, load_weights, model_weights, read_checkpoint
 from ktframe.training.config import to_dict, to_yaml, trainer_extras
 from ktframe.training.data import TaskDataModule
 from ktframe.training.launch import agree
@@ -256,6 +256,8 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, ma
     checkpoint = None if ckpt is None else read_checkpoint(ckpt)
     if checkpoint is not None:
         _check_resumable(checkpoint, cfg, module, ckpt)
+    elif cfg.model.init_from is not None:  # a resumed run has its own weights already
+        load_weights(module.model, model_weights(read_checkpoint(cfg.model.init_from)), cfg.model.init_from)
     start_step = 0 if checkpoint is None else checkpoint.get("global_step", 0)
     data = TaskDataModule(cfg.data, start_step=start_step)
     if make_folder:  # under torchrun or srun, rank 0 checks and every rank hears the verdict
