@@ -19,7 +19,7 @@ from ktframe.plugin.variant import build_model  # noqa: E402
 HEADS = ("point_cross", "point_self", "center_cross", "center_self")
 LABELS = {
     "model": "learned model", "lloyd": "Lloyd (same start)", "kmeans++": "k-means++ + Lloyd", "greedy-kmeans++": "greedy k-means++ + Lloyd",
-    "breathing-kmeans": "breathing k-means", "best-of-10": "best of 10 (scikit-learn)",
+    "breathing-kmeans": "breathing k-means", "best-of-10": "best of 10 (scikit-learn)", "model+lloyd": "learned model, last steps Lloyd",
 }  # fmt: skip
 
 

@@ -317,7 +317,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     for ax in axes.flat[len(settings) :]:
         ax.axis("off")
     fig.suptitle(f"objective per step, mean over the runs in {root} (band: ± std)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))  # half an inch kept for the title, whatever the rows
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
