@@ -301,16 +301,18 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     settings = list(dict.fromkeys((row["init"], row["n"], row["k"]) for row in report["eval"]))
     cols = min(3, len(settings))
     fig, axes = plt.subplots(math.ceil(len(settings) / cols), cols, figsize=(5.5 * cols, 4 * math.ceil(len(settings) / cols)), squeeze=False)
+    # one colour per method in every panel (a horizontal line would not take the next one of the cycle)
+    colours = {method: f"C{i % 10}" for i, method in enumerate(dict.fromkeys(row["method"] for row in report["eval"]))}
     for ax, (init, n, k) in zip(axes.flat, settings):
         for row in (r for r in report["eval"] if (r["init"], r["n"], r["k"]) == (init, n, k)):
             mean, std = np.array(row["curve"]["mean"]), np.array(row["curve"]["std"])
-            label = f"{LABELS.get(row['method'], row['method'])} ({row['runs']} runs)"
+            label, colour = f"{LABELS.get(row['method'], row['method'])} ({row['runs']} runs)", colours[row["method"]]
             if len(mean) == 1:  # a baseline reported at convergence: its level, dashed
-                ax.axhline(mean[0], linestyle="--", label=label)
+                ax.axhline(mean[0], linestyle="--", color=colour, label=label)
                 continue
             steps = np.arange(len(mean))
-            (line,) = ax.plot(steps, mean, marker="o", markersize=3, label=label)
-            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+            ax.plot(steps, mean, marker="o", markersize=3, color=colour, label=label)
+            ax.fill_between(steps, mean - std, mean + std, color=colour, alpha=0.2)
         ax.set(title=f"init={init}, n={n}" + ("" if k is None else f", k={k}"), xlabel="step", ylabel="mean log objective")
         ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
         ax.legend(fontsize="small")
