@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 from test_training import fit, ok, one_line_error, summary
 
+from ktframe.training.checkpoint_io import model_weights, read_checkpoint
+
 
 def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
-    return {key: value for key, value in state.items() if key.startswith("model.")}
+    return model_weights(read_checkpoint(checkpoint))
 
 
 def test_a_run_starts_from_the_weights_of_another(tmp_path):
