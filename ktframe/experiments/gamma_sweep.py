@@ -276,8 +276,8 @@ def against(rows: list[dict], other: dict[tuple, float]) -> dict:
     shared = [row for row in rows if _cell(row) in other]
     theirs = [{**row, "delta": other[_cell(row)]} for row in shared]
     by_gamma: dict[float, list[tuple[float, float]]] = {}
-    for row in shared:
-        by_gamma.setdefault(row["gamma"], []).append((row["delta"], other[_cell(row)]))
+    for ours, their in zip(shared, theirs):
+        by_gamma.setdefault(ours["gamma"], []).append((ours["delta"], their["delta"]))
     pairs = {gamma: np.array(values) for gamma, values in sorted(by_gamma.items())}
     return {
         "cells": len(rows),
