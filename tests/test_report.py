@@ -178,7 +178,7 @@ def test_one_run_folder_without_evaluation(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", {"val/ratio": 0.95}, None)
     report = json.loads(ok(run_cli(["report", str(run), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
 
-    assert report == {"runs": 1, "paths": ["."], "metrics": {"val/ratio": {"mean": 0.95, "std": 0.0, "n": 1, "ci95": None}}, "eval": []}
+    assert report == {"runs": 1, "paths": ["."], "metrics": {"val/ratio": {"mean": 0.95, "std": 0.0, "n": 1, "ci95": None}}, "eval": [], "training": None}
     assert "No evaluation was found" in (run / "report.md").read_text()
     assert not (run / "report.png").exists()
 
@@ -287,3 +287,58 @@ def test_by_groups_the_runs_by_config_values(tmp_path: Path) -> None:
     bad = run_cli(["report", str(root), "--by", "optim.nope"], tmp_path, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "the config has no key optim.nope" in bad.stderr and not (root / "report.json").exists()
+
+
+def write_history(run: Path, ratios: dict[int, float], losses: dict[int, float]) -> None:
+    """csv/metrics.csv as Lightning's CSV logger writes it: a row per logging step, the training
+    loss and the validation metrics in rows of their own, empty cells elsewhere."""
+    rows = ["epoch,step,train/loss,train/lr,val/objective,val/ratio"]
+    rows += [f"0,{step},{loss},0.01,," for step, loss in losses.items()]
+    rows += [f"0,{step},,,3.1,{ratio}" for step, ratio in ratios.items()]
+    (run / "csv").mkdir(parents=True, exist_ok=True)
+    (run / "csv" / "metrics.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_training_curves_pool_the_runs_as_median_and_quartiles(tmp_path: Path) -> None:
+    """Each run's csv/metrics.csv: the validation ratio at every step as the median and the 25th
+    and 75th percentiles over the runs that reached it (one run stopped early), the training loss
+    averaged per window of steps first; per --by group, a table and training.png."""
+    root = write_runs(tmp_path / "runs", evaluated=())
+    ratios = {"a": [1.5, 1.2, 1.0, 0.9], "b": [1.7, 1.1, 0.95, 0.97], "deep/group/c": [1.6, 1.3]}  # c stopped after two validations
+    for name, values in ratios.items():
+        loss = {step: 100.0 - step / 10 + len(name) for step in range(400)}  # logged at every step
+        write_history(root / name, dict(zip(range(99, 400, 100), values)), {s: v for s, v in loss.items() if s < 100 * len(values)})
+        (root / name / "config.yaml").write_text(f"model:\n  embedding: {'none' if name == 'b' else 'onehot'}\n")
+
+    report = json.loads(ok(run_cli(["report", str(root), "--by", "model.embedding", "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    curve = report["training"]["curves"]["val/ratio"]
+    assert curve["step"] == [99, 199, 299, 399] and curve["runs"] == [3, 3, 2, 2]
+    for i in range(4):
+        values = [v[i] for v in ratios.values() if len(v) > i]
+        assert [curve["q25"][i], curve["median"][i], curve["q75"][i]] == pytest.approx(np.percentile(values, [25, 50, 75]).tolist())
+    loss = report["training"]["curves"]["train/loss"]
+    assert loss["step"][:2] == [1, 3] and loss["runs"][:2] == [3, 3]  # windows of 2 steps (400 steps, at most 200 points), each at its last step
+    assert loss["median"][1] == pytest.approx(np.median([100.0 - 0.25 + len(name) for name in ratios]))  # steps 2 and 3 averaged, then pooled
+    summary = report["training"]["summary"]
+    assert summary["runs"] == 3 and summary["last_step"] == 399
+    assert summary["last"] == pytest.approx(np.percentile([0.9, 0.97, 1.3], [25, 50, 75]).tolist())
+    assert summary["lowest"] == pytest.approx(np.percentile([0.9, 0.95, 1.3], [25, 50, 75]).tolist())
+    onehot = next(g for g in report["groups"] if g["setting"] == {"model.embedding": "onehot"})
+    assert onehot["training"]["curves"]["val/ratio"]["median"] == pytest.approx([1.55, 1.25, 1.0, 0.9])
+    text = (root / "report.md").read_text()
+    assert "## Training curves (csv/metrics.csv)" in text and "| none | 1 | 399 | 0.9700 [0.9700, 0.9700] | 0.9500 [0.9500, 0.9500] |" in text
+    assert (root / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (root / "report.png").exists()
+
+    for name in ratios:  # no history: no training section of numbers, and the old picture goes
+        (root / name / "csv" / "metrics.csv").unlink()
+    report = json.loads(ok(run_cli(["report", str(root), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    assert report["training"] is None and not (root / "training.png").exists()
+
+
+def test_a_garbled_training_history_is_one_line(tmp_path: Path) -> None:
+    root = write_runs(tmp_path / "runs", evaluated=())
+    write_history(root / "a", {99: 1.0}, {9: 50.0})
+    (root / "a" / "csv" / "metrics.csv").write_text("epoch,step,train/loss\n0,nine,50.0\n")
+    done = run_cli(["report", str(root)], tmp_path, timeout=60)
+    assert f"{root / 'a' / 'csv' / 'metrics.csv'}: line 2" in one_line_error(done, "report")
+    assert not list(root.glob("report.*")) and not (root / "training.png").exists()

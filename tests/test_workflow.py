@@ -82,7 +82,11 @@ def test_multirun_of_two_seeds_evaluates_each_and_reports_them(tmp_path):
     model = rows[("random", 32, "model")]
     finals = [next(s for s in e["settings"] if (s["init"], s["n"]) == ("random", 32))["log_objective"]["model"][-1] for e in evals]
     assert model["runs"] == 2 and model["mean"] == pytest.approx(sum(finals) / 2)
-    assert all((sweep / name).is_file() for name in ("report.json", "report.md", "report.png"))
+    assert all((sweep / name).is_file() for name in ("report.json", "report.md", "report.png", "training.png"))
+    ratios = [dict(logged(csv_rows(sweep / job), "val/ratio")) for job in ("0", "1")]  # the runs' own CSV logs
+    curve = report["training"]["curves"]["val/ratio"]
+    assert curve["step"] == sorted(ratios[0]) == sorted(ratios[1]) and curve["runs"] == [2] * len(curve["step"])
+    assert curve["median"] == pytest.approx([(ratios[0][step] + ratios[1][step]) / 2 for step in curve["step"]])
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ def add_parser(commands) -> None:
         metavar="PATH",
         help="a run folder (one holding summary.json), an evaluation folder (eval.json from ktframe eval --out), or a folder holding such folders at any depth",
     )
-    p.add_argument("--out", metavar="DIR", help="folder for report.json, report.md and report.png (default: PATH)")
+    p.add_argument("--out", metavar="DIR", help="folder for report.json, report.md, report.png and training.png (default: PATH)")
     p.add_argument(
         "--by", metavar="KEYS", default="",
         help="also report each group of runs sharing these config keys' values, comma-separated (e.g. optim.loss_lambda,data.d: a sweep's settings, seeds pooled)",
@@ -24,11 +24,11 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> int:
-    from ktframe.training.report import build_report, figure_png, markdown, write
+    from ktframe.training.report import build_report, markdown, pictures, write
 
     root = Path(args.path)
     report = build_report(root, [key for key in args.by.split(",") if key])
     text = markdown(report, root)
-    paths = write(Path(args.out) if args.out else root, report, text, figure_png(report, root))
+    paths = write(Path(args.out) if args.out else root, report, text, pictures(report, root))
     print(json.dumps(report) if args.json else f"{text}\n\nwritten: {', '.join(map(str, paths))}")
     return 0

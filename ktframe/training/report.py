@@ -28,11 +28,13 @@ from scipy import special
 
 from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
+from ktframe.training import curves as training_curves
 
 SUMMARY = "summary.json"
 CONFIG = "config.yaml"
 EVAL = Path("eval", "eval.json")
-OUTPUTS = ("report.json", "report.md", "report.png")
+OUTPUTS = ("report.json", "report.md", "report.png", "training.png")
+PICTURES = OUTPUTS[2:]
 
 Key = tuple[str, int, "int | None", str]  # (init, n, k, method) of an evaluation; k None in an eval.json of one k that predates eval.ks
 Curves = dict[Key, list[float | None]]  # the mean log objective at every step; None: not finite
@@ -197,11 +199,13 @@ def _setting(run: Path, keys: list[str]) -> tuple:
 def _aggregate(root: Path, runs: list[Path]) -> dict[str, Any]:
     metrics = [_run_metrics(run / SUMMARY) for run in runs if (run / SUMMARY).is_file()]
     curves = [(_eval_file(run), _run_curves(_eval_file(run))) for run in runs if _eval_file(run).is_file()]
+    histories = [history for history in map(training_curves.read_history, runs) if history is not None]
     return {
         "runs": len(runs),
         "paths": [run.relative_to(root).as_posix() for run in runs],
         "metrics": _aggregate_metrics(metrics),
         "eval": _aggregate_eval(curves),
+        "training": {"curves": training_curves.pool(histories), "summary": training_curves.summary(histories)} if histories else None,
     }
 
 
@@ -251,6 +255,7 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
     if report.get("groups"):
         lines += _group_tables(report)
+    lines += training_curves.markdown(report)
     return "\n".join(lines)
 
 
@@ -340,10 +345,16 @@ def check_writable(out: Path) -> None:
         raise InputError(f"{out / taken[0]}: is a folder; expected to write a file of that name")
 
 
-def write(out: Path, report: dict[str, Any], text: str, png: bytes | None) -> list[Path]:
-    """Write report.json, report.md and (with an evaluation) report.png into ``out``, each one
-    atomically; a report.png of an earlier report is removed when this one has no evaluation, so
-    that the folder never shows a figure of other runs."""
+def pictures(report: dict[str, Any], root: Path) -> dict[str, bytes | None]:
+    """report.png (the evaluation per step) and training.png (the training curves), each None
+    where no run has what it draws."""
+    return {"report.png": figure_png(report, root), "training.png": training_curves.figure_png(report, root)}
+
+
+def write(out: Path, report: dict[str, Any], text: str, pngs: dict[str, bytes | None]) -> list[Path]:
+    """Write report.json, report.md and the pictures that are not None into ``out``, each one
+    atomically; a picture of an earlier report that this one has not (no evaluation, no training
+    history) is removed, so that the folder never shows a figure of other runs."""
     check_writable(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -352,10 +363,11 @@ def write(out: Path, report: dict[str, Any], text: str, png: bytes | None) -> li
     paths = [out / "report.json", out / "report.md"]
     write_atomically(paths[0], [json.dumps(report, indent=2, allow_nan=False)])
     write_atomically(paths[1], [text])
-    picture = out / "report.png"
-    if png is None:
-        picture.unlink(missing_ok=True)
-    else:
-        write_atomically(picture, png)
-        paths.append(picture)
+    for name in PICTURES:
+        picture, png = out / name, pngs.get(name)
+        if png is None:
+            picture.unlink(missing_ok=True)
+        else:
+            write_atomically(picture, png)
+            paths.append(picture)
     return paths
