@@ -57,6 +57,17 @@ def test_a_run_whose_last_step_falls_between_validations_ends_validated_and_chec
 # 2. Multirun, evaluation after training, report
 
 
+def test_a_resumed_run_is_evaluated_with_the_eval_settings_given_when_it_resumes(tmp_path):
+    """The checkpoint keeps the config it was trained with; the evaluation after a resumed run
+    follows the eval.* of the command that resumed it (a sweep narrowed to one n on its way)."""
+    ok(fit(tmp_path, "name=r", *SMALL_EVAL))  # trained, not evaluated: its checkpoints hold eval.ns=[16,32] and both inits
+    run_dir = tmp_path / "runs" / "r"
+    ok(fit(tmp_path, "name=r", "resume=auto", "eval.after_fit=true", *SMALL_EVAL[:-1], "eval.ns=[32]", "eval.inits=[random]"))
+    report = json.loads((run_dir / "eval" / "eval.json").read_text())
+    assert [(setting["init"], setting["n"]) for setting in report["settings"]] == [("random", 32)]
+    assert summary(run_dir)["global_step"] == 20  # finished already: resumed, not trained further
+
+
 @pytest.mark.slow
 def test_multirun_of_two_seeds_evaluates_each_and_reports_them(tmp_path):
     done = ok(fit(tmp_path, "-m", "--jobs", "2", "name=seeds", "trainer.seed=0,1", "eval.after_fit=true", *SMALL_EVAL, timeout=300))

@@ -308,7 +308,7 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, ma
         wandb_run = logger.experiment if logger and cfg.logger.kind == "wandb" else None
         _figures(module, cfg, run_dir, logger)
         if cfg.eval.after_fit:
-            summary["eval"] = str(_evaluate_after_fit(Path(checkpoints.best_model_path), run_dir / "eval", logger))
+            summary["eval"] = str(_evaluate_after_fit(Path(checkpoints.best_model_path), run_dir / "eval", logger, config["eval"]))
         if wandb_run is not None:
             if cfg.logger.log_model:
                 _log_model(wandb_run, Path(checkpoints.best_model_path), summary)
@@ -319,12 +319,13 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, ma
     return RunResult(run_id, run_dir, summary)
 
 
-def _evaluate_after_fit(best: Path, out: Path, logger) -> Path:
-    """The paper's evaluation of the best checkpoint, as ``ktframe eval`` runs it; its table and
-    picture go to the logger too when it takes them."""
+def _evaluate_after_fit(best: Path, out: Path, logger, settings: dict[str, Any]) -> Path:
+    """The paper's evaluation of the best checkpoint, as ``ktframe eval`` runs it, under this run's
+    eval ``settings``: a resumed run's may differ from those its checkpoint was saved with. Its
+    table and picture go to the logger too when it takes them."""
     from ktframe.training.evaluate import evaluate_checkpoint, table_rows
 
-    report, picture = evaluate_checkpoint(best, out=out)
+    report, picture = evaluate_checkpoint(best, [f"eval.{key}={json.dumps(value)}" for key, value in settings.items()], out=out)
     if logger is not None and hasattr(logger, "log_table"):
         columns, rows = table_rows(report)
         logger.log_table(key="eval/log_objective", columns=columns, data=rows)
