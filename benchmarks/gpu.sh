@@ -5,11 +5,11 @@
 #   3. the exact-model benchmarks with --device cuda (lloyd_vs_sklearn.py, many_small_tasks.py).
 # With --seeds, it then trains seeds 0-9 of `paper` and `paper-none` (a multirun each) and reports them.
 # With --figures, it trains the paper's Figures 9 and 10 instead (the sweeps in the headers of
-# configs/fig9.yaml and configs/fig10.yaml: 78 runs, eight at a time) and reports each, and nothing else.
+# configs/fig9.yaml and configs/fig10.yaml: 78 runs, eight at a time) and reports each beside its runs, and nothing else.
 #
 #   bash benchmarks/gpu.sh [OUT]            # OUT defaults to gpu-results/; figures in OUT/gpu.json
 #   bash benchmarks/gpu.sh OUT --seeds      # also the twenty seed runs, into OUT/runs/
-#   bash benchmarks/gpu.sh OUT --figures    # the Figure 9 / 10 runs alone, into OUT/runs/, reports in OUT/
+#   bash benchmarks/gpu.sh OUT --figures    # the Figure 9 / 10 runs alone, into OUT/runs/, each sweep's report in its folder
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu-results}
@@ -24,13 +24,14 @@ $PY -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'benchma
 $PY -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))" | tee "$OUT/device.txt"
 
 if [ "$MODE" = "--figures" ]; then
-  GPU=(trainer.accelerator=gpu trainer.progress_bar=false logger.kind=csv root="$OUT/runs" --jobs 8)
+  # The same runs as docs/results.md gives for the CPU (resume=auto: a rerun skips the finished ones).
+  GPU=(trainer.accelerator=gpu logger.kind=csv eval.after_fit=true "eval.ns=[512]" "eval.inits=[random]" resume=auto root="$OUT/runs" --jobs 8)
   $PY -m ktframe.cli.main fit -m preset=fig9 optim.loss_lambda=1.0,4.0,7.0,10.0 data.d=4,32 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig9 "${GPU[@]}" 2>&1 | tail -n 5
   $PY -m ktframe.cli.main fit -m preset=fig10 data.k=10,16,25 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig10a "${GPU[@]}" 2>&1 | tail -n 5
   $PY -m ktframe.cli.main fit -m preset=fig10 data.k=6 data.d=8,16 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig10b "${GPU[@]}" 2>&1 | tail -n 5
-  for sweep in fig9 fig10a fig10b; do
-    $PY -m ktframe.cli.main report "$OUT/runs/$sweep" --out "$OUT/$sweep" 2>&1 | tail -n 3
-  done
+  $PY -m ktframe.cli.main report "$OUT/runs/fig9" --by data.d,optim.loss_lambda,model.embedding 2>&1 | tail -n 3
+  $PY -m ktframe.cli.main report "$OUT/runs/fig10a" --by data.k,model.embedding 2>&1 | tail -n 3
+  $PY -m ktframe.cli.main report "$OUT/runs/fig10b" --by data.d,model.embedding 2>&1 | tail -n 3
   exit 0
 fi
 
