@@ -238,3 +238,35 @@ def test_lloyd_last_out_of_range_is_one_line(fixed, tmp_path):
     line = refused(fixed, tmp_path / "out", "eval.lloyd_last=4", cli=True)
     assert "'eval.lloyd_last' must be an integer from 0 to eval.steps=3; got 4" in line, line
     assert "'eval.lloyd_last' must be an integer >= 0; got -1" in refused(fixed, tmp_path / "out", "eval.lloyd_last=-1")
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. How sure a comparison is (versus)
+
+
+def test_versus_gives_the_paired_difference_of_the_model_and_every_other_method(fixed, tmp_path):
+    """For model and model+lloyd against every other method, the mean over tasks of the difference
+    at the end, and its standard error, taken task by task: recomputed here from the model and the
+    reference Lloyd on the setting's tasks (one batch, drawn first)."""
+    from ktframe.clustering.reference import lloyd
+    from ktframe.fast.lloyd import objective
+
+    report = evaluate(
+        fixed, tmp_path / "versus", "eval.batch_size=4", "eval.inits=[random]", "eval.ns=[32]", "eval.lloyd_last=1", "eval.baselines=[best-of-10]"
+    )
+    setting = report["settings"][0]
+    versus, curves = setting["versus"], setting["log_objective"]
+    assert set(versus) == {"model", "model+lloyd"} and report["versus"] == versus
+    assert all(set(against) == {"lloyd", "kmeans++", "greedy-kmeans++", "best-of-10"} for against in versus.values())
+    for ours, against in versus.items():
+        for other, difference in against.items():
+            end = setting["final"][other] if other in setting["final"] else curves[other][-1]
+            assert difference["mean"] == pytest.approx(curves[ours][-1] - end, rel=1e-9, abs=1e-12)
+            assert difference["sem"] > 0
+    config, model = load_checkpoint(fixed)
+    X, C0, _ = draw(OmegaConf.create(config["data"]), 4, torch.Generator().manual_seed(777 * 100_003 + 32), n=32, init="random")
+    with torch.no_grad():
+        centers = model(X, C0, n_steps=3, reembed=True).centers
+    paired = objective(X.double(), centers.double()).log() - objective(X.double(), lloyd(X, C0, 3).centers.double()).log()
+    assert versus["model"]["lloyd"]["mean"] == pytest.approx(paired.mean().item(), rel=1e-6)
+    assert versus["model"]["lloyd"]["sem"] == pytest.approx(paired.std().item() / 2, rel=1e-5)  # four tasks: std / sqrt(4)

@@ -14,6 +14,7 @@ construction takes exactly (its γ = ∞ limit) — the same number of steps in 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from ktframe.training.data import draw
 from ktframe.training.module import model_from_config
 
 METHODS = ("model", "lloyd", "kmeans++", "greedy-kmeans++")
+MODEL_METHODS = ("model", "model+lloyd")  # the checkpoint's; every other method is compared with them (``versus``)
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, torch.nn.Module]:
@@ -151,7 +153,7 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
     generator = _task_generator(config, n, k)
     methods = (*METHODS, *(["model+lloyd"] if ev["lloyd_last"] else []), *(["reference"] if variant.reference is not None else []))
     sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in methods}
-    finals = {name: torch.zeros((), dtype=torch.float64) for name in ev["baselines"]}
+    last: dict[str, list[torch.Tensor]] = {method: [] for method in (*methods, *ev["baselines"])}  # per task, at the end
     for start in range(0, ev["tasks"], ev["batch_size"]):
         batch = min(ev["batch_size"], ev["tasks"] - start)
         X, C0, _ = draw(data_cfg, batch, generator, n=n, k=k, family=ev["family"] or data["family"], init=init)
@@ -169,18 +171,36 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
             runs["reference"] = variant.run_reference(X, C0, ev["steps"], config["model"]["gamma"], config["model"].get("options")).trajectory
         X64 = X.double()
         for method, trajectory in runs.items():
-            sums[method] += _log_means(X64, trajectory).sum(dim=0)
-        if finals:
-            seeds = [baseline_seed(ev["seed"], n, k, start + i) for i in range(batch)]
-            for name in finals:
-                finals[name] += fast.objective(X64, baselines.BASELINES[name](X64, k, seeds)).log().sum()
+            logs = _log_means(X64, trajectory)
+            sums[method] += logs.sum(dim=0)
+            last[method].append(logs[:, -1])
+        seeds = [baseline_seed(ev["seed"], n, k, start + i) for i in range(batch)]
+        for name in ev["baselines"]:
+            last[name].append(fast.objective(X64, baselines.BASELINES[name](X64, k, seeds)).log())
+    ends = {method: torch.cat(values) for method, values in last.items()}
     return {
         "init": init,
         "n": n,
         "k": k,
         "log_objective": {m: (s / ev["tasks"]).tolist() for m, s in sums.items()},
-        "final": {name: float(total / ev["tasks"]) for name, total in finals.items()},
+        "final": {name: float(ends[name].mean()) for name in ev["baselines"]},
+        "versus": _versus(ends),
     }
+
+
+def _versus(ends: dict[str, torch.Tensor]) -> dict[str, dict[str, dict[str, float | None]]]:
+    """For each of the model's methods against every other method: the mean over tasks of the
+    difference of their log objectives at the end and the standard error of that mean. Both ran on
+    the same tasks, so the difference is taken task by task (paired): how far apart two methods are
+    on this many tasks, and how sure that is."""
+    versus = {}
+    for ours in (method for method in MODEL_METHODS if method in ends):
+        versus[ours] = {}
+        for other in (method for method in ends if method not in MODEL_METHODS):
+            difference = ends[ours] - ends[other]
+            sem = float(difference.std() / math.sqrt(len(difference))) if len(difference) > 1 else None
+            versus[ours][other] = {"mean": float(difference.mean()), "sem": sem}
+    return versus
 
 
 @torch.no_grad()
@@ -203,6 +223,7 @@ def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
         "primary": {"init": primary["init"], "n": primary["n"], "k": primary["k"]},
         "log_objective": primary["log_objective"],
         "final": primary["final"],
+        "versus": primary["versus"],
         "settings": settings,
     }
 
@@ -218,15 +239,22 @@ def format_table(report: dict[str, Any]) -> str:
         + (f"; {', '.join(finals)}: at convergence" if finals else ""),
         f"{'init':<9} {'n':>5} {'k':>4}  "
         + "  ".join(f"{m:>17}" for m in report["log_objective"])
-        + f"  {'model - lloyd':>13}"
+        + f"  {'model - lloyd (± se)':>20}"
         + "".join(f"  {name:>10}" for name in finals),
     ]
     for s in report["settings"]:
         lo, final = s["log_objective"], s.get("final", {})
         cells = "  ".join(f"{lo[m][-1]:>8.4f} ({lo[m][1]:>6.3f})" for m in lo)
         baseline_cells = "".join(f"  {final[name]:>{max(10, len(name))}.4f}" for name in finals)
-        lines.append(f"{s['init']:<9} {s['n']:>5} {s.get('k', ''):>4}  {cells}  {lo['model'][-1] - lo['lloyd'][-1]:>+13.4f}{baseline_cells}")
+        lines.append(f"{s['init']:<9} {s['n']:>5} {s.get('k', ''):>4}  {cells}  {_lead(s):>20}{baseline_cells}")
     return "\n".join(lines)
+
+
+def _lead(setting: dict[str, Any]) -> str:
+    """The model's lead over Lloyd at the end, with its standard error over tasks where the report has one."""
+    lead = setting["log_objective"]["model"][-1] - setting["log_objective"]["lloyd"][-1]
+    sem = setting.get("versus", {}).get("model", {}).get("lloyd", {}).get("sem")
+    return f"{lead:+.4f}" + ("" if sem is None else f" ± {sem:.4f}")
 
 
 def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None) -> tuple[dict[str, Any], Path]:
