@@ -269,6 +269,22 @@ def test_resume_auto_continues_the_named_run(tmp_path):
     assert scheduler["best"] == pytest.approx(min(ratios[:3]))
 
 
+def test_a_finished_run_resumed_keeps_its_final_metrics(tmp_path):
+    """A run resumed at its last step (it stopped after training, before its summary: say, in its
+    evaluation) trains nothing; its summary still holds the final validation, as the first had."""
+    ok(fit(tmp_path, "name=r"))
+    run_dir = tmp_path / "runs" / "r"
+    before, rows = summary(run_dir), csv_rows(run_dir)
+    (run_dir / "summary.json").unlink()
+    ok(fit(tmp_path, "name=r", "resume=auto"))
+    after = summary(run_dir)
+    assert csv_rows(run_dir) == rows  # validated for the summary, not logged a second time
+    assert after["global_step"] == before["global_step"] == 20 and after["run_id"] == before["run_id"]
+    val = {name: value for name, value in before["metrics"].items() if name.startswith("val/")}
+    assert set(val) >= {"val/ratio", "val/objective", "val/ari"}
+    assert {name: after["metrics"][name] for name in val} == pytest.approx(val, rel=1e-6)
+
+
 def test_resume_from_a_missing_checkpoint_is_a_one_line_error(tmp_path):
     missing = tmp_path / "nowhere" / "last.ckpt"
     line = one_line_error(fit(tmp_path, f"resume={missing}"))

@@ -292,6 +292,15 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, ma
     with preemption:
         # weights_only here too: left unset, Lightning's load obeys TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
         trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
+        if checkpoint is not None and trainer.global_step == start_step and not preemption.signum:
+            # Resumed at its end (stopped after its last step, before its summary): nothing was
+            # trained or validated, so the final weights are validated again for the summary's
+            # metrics, and not logged again (the loggers hold that validation at its step already).
+            loggers, trainer.loggers = trainer.loggers, []
+            try:
+                trainer.validate(module, datamodule=data, verbose=False)
+            finally:
+                trainer.loggers = loggers
 
     summary = {
         "run_id": run_id,
