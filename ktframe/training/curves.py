@@ -149,7 +149,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     blocks = sorted(dict.fromkeys(tuple(g["setting"][key] for key in row_keys) for g in groups), key=str)
     metrics = [m for m in (LOSS, RATIO) if any(m in g["training"]["curves"] for g in groups)]
     rows = [(block, metric) for block in blocks for metric in metrics]
-    fig, axes = plt.subplots(len(rows), len(columns), figsize=(4.2 * len(columns), 3.2 * len(rows)), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(rows), len(columns), figsize=(max(6.4, 4.2 * len(columns)), 3.2 * len(rows)), squeeze=False, sharex=True, layout="constrained")
     colours = {value: f"C{i % 10}" for i, value in enumerate(lines)}
     for (block, metric), row_axes in zip(rows, axes):
         for column, ax in zip(columns, row_axes):
@@ -176,8 +176,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
             ax.legend(fontsize="small")
     for ax in axes[-1]:
         ax.set_xlabel("training step")
-    fig.suptitle(f"training curves of the runs in {root}: median over runs, band 25–75 %")
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
+    fig.suptitle(f"training curves of the runs in {root}\nmedian over runs, band 25–75 %")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
