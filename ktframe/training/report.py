@@ -196,10 +196,22 @@ def _setting(run: Path, keys: list[str]) -> tuple:
     return tuple(values)
 
 
-def _aggregate(root: Path, runs: list[Path]) -> dict[str, Any]:
-    metrics = [_run_metrics(run / SUMMARY) for run in runs if (run / SUMMARY).is_file()]
-    curves = [(_eval_file(run), _run_curves(_eval_file(run))) for run in runs if _eval_file(run).is_file()]
-    histories = [history for history in map(training_curves.read_history, runs) if history is not None]
+def _read_run(run: Path) -> dict[str, Any]:
+    """What a report takes from one run folder, each file read and checked once: the final
+    validation metrics, the evaluation's curves and the training history (None where absent)."""
+    summary, evaluation = run / SUMMARY, _eval_file(run)
+    return {
+        "metrics": _run_metrics(summary) if summary.is_file() else None,
+        "eval": (evaluation, _run_curves(evaluation)) if evaluation.is_file() else None,
+        "history": training_curves.read_history(run),
+    }
+
+
+def _aggregate(root: Path, runs: list[Path], read: dict[Path, dict[str, Any]]) -> dict[str, Any]:
+    """The aggregates over ``runs``, from what :func:`_read_run` found in each (``read``)."""
+    metrics = [read[run]["metrics"] for run in runs if read[run]["metrics"] is not None]
+    curves = [read[run]["eval"] for run in runs if read[run]["eval"] is not None]
+    histories = [read[run]["history"] for run in runs if read[run]["history"] is not None]
     return {
         "runs": len(runs),
         "paths": [run.relative_to(root).as_posix() for run in runs],
@@ -214,13 +226,16 @@ def build_report(root: Path, by: list[str] | None = None) -> dict[str, Any]:
     of runs that share those keys' values (a sweep's settings, its seeds pooled); every file is read
     and checked before anything is written, so that a broken one stops the report with nothing behind."""
     runs = find_runs(root)
-    report = _aggregate(root, runs)
+    read = {run: _read_run(run) for run in runs}  # once, whatever the number of groups a run is in
+    report = _aggregate(root, runs, read)
     if by:
         groups: dict[tuple, list[Path]] = {}
         for run in runs:
             groups.setdefault(_setting(run, by), []).append(run)
         report["by"] = by
-        report["groups"] = [{"setting": dict(zip(by, key)), **_aggregate(root, groups[key])} for key in sorted(groups, key=lambda key: [str(v) for v in key])]
+        report["groups"] = [
+            {"setting": dict(zip(by, key)), **_aggregate(root, groups[key], read)} for key in sorted(groups, key=lambda key: [str(v) for v in key])
+        ]
     return report
 
 
