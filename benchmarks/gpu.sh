@@ -26,7 +26,7 @@ $PY -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))" |
 if [ "$MODE" = "--figures" ]; then
   # The same runs as docs/results.md gives for the CPU (resume=auto: a rerun skips the finished ones).
   GPU=(trainer.accelerator=gpu logger.kind=csv eval.after_fit=true "eval.ns=[512]" "eval.inits=[random]" resume=auto root="$OUT/runs" --jobs 8)
-  $PY -m ktframe.cli.main fit -m preset=fig9 optim.loss_lambda=1.0,4.0,7.0,10.0 data.d=4,32 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig9 "${GPU[@]}" 2>&1 | tail -n 5
+  $PY -m ktframe.cli.main fit -m preset=fig9 data.d=4,32 optim.loss_lambda=1.0,4.0,7.0,10.0 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig9 "${GPU[@]}" 2>&1 | tail -n 5
   $PY -m ktframe.cli.main fit -m preset=fig10 data.k=10,16,25 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig10a "${GPU[@]}" 2>&1 | tail -n 5
   $PY -m ktframe.cli.main fit -m preset=fig10 data.k=6 data.d=8,16 model.embedding=onehot,none "trainer.seed=range(0,3)" name=fig10b "${GPU[@]}" 2>&1 | tail -n 5
   $PY -m ktframe.cli.main report "$OUT/runs/fig9" --by data.d,optim.loss_lambda,model.embedding 2>&1 | tail -n 3
