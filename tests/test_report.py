@@ -267,20 +267,21 @@ def test_by_groups_the_runs_by_config_values(tmp_path: Path) -> None:
     """A sweep's settings, seeds pooled: the runs sharing the values of the --by keys in their
     config.yaml are aggregated together, beside the report over every run."""
     root = write_runs(tmp_path / "runs")
-    lambdas = {"a": 1.0, "b": 1.0, "deep/group/c": 4.0}
+    lambdas = {"a": 10.0, "b": 10.0, "deep/group/c": 4.0}  # numbers in numeric order: 4 before 10
     for name, value in lambdas.items():
         (root / name / "config.yaml").write_text(f"optim:\n  loss_lambda: {value}\ndata:\n  d: 32\n")
     done = ok(run_cli(["report", str(root), "--by", "optim.loss_lambda,data.d", "--json"], tmp_path, timeout=60))
     report = json.loads(done.stdout, parse_constant=no_nan)
     assert report["runs"] == 3 and report["by"] == ["optim.loss_lambda", "data.d"]
     assert [(g["setting"], g["paths"]) for g in report["groups"]] == [
-        ({"optim.loss_lambda": 1.0, "data.d": 32}, ["a", "b"]),
         ({"optim.loss_lambda": 4.0, "data.d": 32}, ["deep/group/c"]),
+        ({"optim.loss_lambda": 10.0, "data.d": 32}, ["a", "b"]),
     ]
-    assert_stats(report["groups"][0]["metrics"]["val/ratio"], [RATIOS["a"], RATIOS["b"]])
+    assert_stats(report["groups"][1]["metrics"]["val/ratio"], [RATIOS["a"], RATIOS["b"]])
     text = (root / "report.md").read_text()
     assert "## By optim.loss_lambda, data.d: final validation metrics" in text
-    assert f"| 1.0 | 32 | 2 | {np.mean([RATIOS['a'], RATIOS['b']]):.4f} ±" in text
+    assert f"| 10.0 | 32 | 2 | {np.mean([RATIOS['a'], RATIOS['b']]):.4f} ±" in text
+    assert text.index("| 4.0 | 32 | 1 |") < text.index("| 10.0 | 32 | 2 |")
     assert "## By optim.loss_lambda, data.d: evaluation at the last step" in text
 
     (root / "report.json").unlink()

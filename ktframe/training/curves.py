@@ -131,7 +131,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _order(value: Any) -> tuple:
+def setting_order(value: Any) -> tuple:
     """Numbers in numeric order (d = 8 before d = 16), before anything else in text order."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     return (0, value, "") if number else (1, 0, str(value))
@@ -150,9 +150,9 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     from ktframe.training.figures import plt  # pyplot on the Agg backend
 
     line_key, column_key, row_keys = (by[-1] if by else None), (by[-2] if len(by) > 1 else None), by[:-2]
-    values = lambda key: sorted(dict.fromkeys(g["setting"][key] for g in groups), key=_order) if key else [None]  # noqa: E731
+    values = lambda key: sorted(dict.fromkeys(g["setting"][key] for g in groups), key=setting_order) if key else [None]  # noqa: E731
     lines, columns = values(line_key), values(column_key)
-    blocks = sorted(dict.fromkeys(tuple(g["setting"][key] for key in row_keys) for g in groups), key=lambda block: [_order(v) for v in block])
+    blocks = sorted(dict.fromkeys(tuple(g["setting"][key] for key in row_keys) for g in groups), key=lambda block: [setting_order(v) for v in block])
     metrics = [m for m in (LOSS, RATIO) if any(m in g["training"]["curves"] for g in groups)]
     rows = [(block, metric) for block in blocks for metric in metrics]
     fig, axes = plt.subplots(len(rows), len(columns), figsize=(max(6.4, 4.2 * len(columns)), 3.2 * len(rows)), squeeze=False, sharex=True, layout="constrained")
