@@ -234,7 +234,8 @@ def build_report(root: Path, by: list[str] | None = None) -> dict[str, Any]:
             groups.setdefault(_setting(run, by), []).append(run)
         report["by"] = by
         report["groups"] = [
-            {"setting": dict(zip(by, key)), **_aggregate(root, groups[key], read)} for key in sorted(groups, key=lambda key: [training_curves.setting_order(v) for v in key])
+            {"setting": dict(zip(by, key)), **_aggregate(root, groups[key], read)}
+            for key in sorted(groups, key=lambda key: [training_curves.setting_order(v) for v in key])
         ]
     return report
 
