@@ -152,7 +152,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     line_key, column_key, row_keys = (by[-1] if by else None), (by[-2] if len(by) > 1 else None), by[:-2]
     values = lambda key: sorted(dict.fromkeys(g["setting"][key] for g in groups), key=setting_order) if key else [None]  # noqa: E731
     lines, columns = values(line_key), values(column_key)
-    blocks = sorted(dict.fromkeys(tuple(g["setting"][key] for key in row_keys) for g in groups), key=lambda block: [setting_order(v) for v in block])
+    blocks = list(dict.fromkeys(tuple(g["setting"][key] for key in row_keys) for g in groups))  # the groups come in setting order, the row keys first
     metrics = [m for m in (LOSS, RATIO) if any(m in g["training"]["curves"] for g in groups)]
     rows = [(block, metric) for block in blocks for metric in metrics]
     fig, axes = plt.subplots(len(rows), len(columns), figsize=(max(6.4, 4.2 * len(columns)), 3.2 * len(rows)), squeeze=False, sharex=True, layout="constrained")
