@@ -178,7 +178,7 @@ def test_one_run_folder_without_evaluation(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", {"val/ratio": 0.95}, None)
     report = json.loads(ok(run_cli(["report", str(run), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
 
-    assert report == {"runs": 1, "paths": ["."], "metrics": {"val/ratio": {"mean": 0.95, "std": 0.0, "n": 1, "ci95": None}}, "eval": [], "training": None}
+    assert report == {"runs": 1, "paths": ["."], "metrics": {"val/ratio": {"mean": 0.95, "std": 0.0, "n": 1, "ci95": None}}, "eval": [], "versus": [], "training": None}
     assert "No evaluation was found" in (run / "report.md").read_text()
     assert not (run / "report.png").exists()
 
@@ -203,6 +203,44 @@ def test_evaluation_folders_count_as_runs_with_an_evaluation(tmp_path: Path) -> 
     assert everything["metrics"]["val/ratio"]["n"] == 1 and {row["runs"] for row in everything["eval"]} == {3}
 
 
+def write_paired(folder: Path, start: float, mean: float, sem: float, tasks: int = 320) -> Path:
+    """An eval.json of one setting whose baselines start at ``start`` (they identify its tasks: the
+    same ``start``, the same tasks), with the model's paired difference from Lloyd's ``mean`` ± ``sem``."""
+    write_eval(folder, {("random", 512): {"model": [start, start - 0.5 + mean], "lloyd": [start, start - 0.5]}}, "seed.ckpt")
+    evaluation = json.loads((folder / "eval.json").read_text())
+    evaluation["tasks"] = tasks
+    evaluation["settings"][0] |= {"k": 5, "versus": {"model": {"lloyd": {"mean": mean, "sem": sem}}}}
+    (folder / "eval.json").write_text(json.dumps(evaluation))
+    return folder
+
+
+def test_paired_differences_are_pooled_over_runs_and_sets_of_tasks(tmp_path: Path) -> None:
+    """Checkpoints evaluated on one set of tasks share its noise: their differences are averaged,
+    their standard errors too (a bound); another set (other baselines) is independent, weighted by
+    its tasks. A run whose difference is not finite is left out."""
+    root = tmp_path / "evals"
+    one = {"seed0": (0.02, 0.03), "seed1": (0.04, 0.01)}  # the same 320 tasks
+    for name, (mean, sem) in one.items():
+        write_paired(root / "tasks1" / name, 3.0, mean, sem)
+    write_paired(root / "tasks2" / "seed0", 3.1, -0.01, 0.02, tasks=640)
+    write_paired(root / "tasks2" / "seed1", 3.1, 0.0, 0.02, tasks=640)
+    diverged = json.loads((root / "tasks2" / "seed1" / "eval.json").read_text())
+    diverged["settings"][0]["versus"]["model"]["lloyd"]["mean"] = float("nan")
+    (root / "tasks2" / "seed1" / "eval.json").write_text(json.dumps(diverged))
+
+    report = json.loads(ok(run_cli(["report", str(root), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    (row,) = report["versus"]
+    means, errors, weights = np.array([0.03, -0.01]), np.array([0.02, 0.02]), np.array([320, 640])
+    mean, sem = (weights * means).sum() / weights.sum(), np.sqrt(((weights * errors) ** 2).sum()) / weights.sum()
+    assert (row["k"], row["method"], row["versus"], row["runs"], row["task_sets"], row["tasks"]) == (5, "model", "lloyd", 3, 2, 960)
+    assert row["mean"] == pytest.approx(mean) and row["sem"] == pytest.approx(sem)
+    assert row["ci95"] == pytest.approx(list(stats.norm.interval(0.95, loc=mean, scale=sem)))
+    assert f"| random | 512 | 5 | model | lloyd | {mean:+.4f} ± {sem:.4f} |" in (root / "report.md").read_text()
+
+    alone = json.loads(ok(run_cli(["report", str(root / "tasks1"), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    assert (alone["versus"][0]["mean"], alone["versus"][0]["sem"], alone["versus"][0]["task_sets"]) == (pytest.approx(0.03), pytest.approx(0.02), 1)
+
+
 def _missing(tmp_path: Path) -> tuple[list[str], str]:
     return [str(tmp_path / "nowhere")], "no such folder"
 
@@ -224,6 +262,14 @@ def _garbled_eval(tmp_path: Path) -> tuple[list[str], str]:
     return [str(root)], f"{root / 'a' / 'eval' / 'eval.json'}: settings[0]"
 
 
+def _garbled_versus(tmp_path: Path) -> tuple[list[str], str]:
+    folder = write_paired(tmp_path / "evals" / "seed0", 3.0, 0.02, 0.03)
+    evaluation = json.loads((folder / "eval.json").read_text())
+    evaluation["settings"][0]["versus"]["model"]["lloyd"]["mean"] = "small"
+    (folder / "eval.json").write_text(json.dumps(evaluation))
+    return [str(tmp_path / "evals")], f"{folder / 'eval.json'}: settings[0].versus['model']['lloyd'].mean is a str; expected a number"
+
+
 def _steps_differ(tmp_path: Path) -> tuple[list[str], str]:
     root = tmp_path / "runs"
     write_run(root / "a", {"val/ratio": 0.9}, eval_curves(0.0))
@@ -237,7 +283,9 @@ def _out_under_a_file(tmp_path: Path) -> tuple[list[str], str]:
     return [str(root), "--out", str(tmp_path / "file.txt" / "reports")], f"{tmp_path / 'file.txt'} is a file, not a folder"
 
 
-BAD_INPUT = {setup.__name__.strip("_"): setup for setup in (_missing, _empty, _garbled_summary, _garbled_eval, _steps_differ, _out_under_a_file)}
+BAD_INPUT = {
+    setup.__name__.strip("_"): setup for setup in (_missing, _empty, _garbled_summary, _garbled_eval, _garbled_versus, _steps_differ, _out_under_a_file)
+}
 
 
 @pytest.fixture(scope="module")

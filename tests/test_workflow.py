@@ -93,6 +93,11 @@ def test_multirun_of_two_seeds_evaluates_each_and_reports_them(tmp_path):
     model = rows[("random", 32, "model")]
     finals = [next(s for s in e["settings"] if (s["init"], s["n"]) == ("random", 32))["log_objective"]["model"][-1] for e in evals]
     assert model["runs"] == 2 and model["mean"] == pytest.approx(sum(finals) / 2)
+    # both seeds were evaluated on the same tasks (eval.seed): their paired differences make one set
+    versus = next(r for r in report["versus"] if (r["init"], r["n"], r["method"], r["versus"]) == ("random", 32, "model", "lloyd"))
+    pairs = [next(s for s in e["settings"] if (s["init"], s["n"]) == ("random", 32))["versus"]["model"]["lloyd"] for e in evals]
+    assert (versus["runs"], versus["task_sets"], versus["tasks"]) == (2, 1, evals[0]["tasks"])
+    assert versus["mean"] == pytest.approx(sum(p["mean"] for p in pairs) / 2) and versus["sem"] == pytest.approx(sum(p["sem"] for p in pairs) / 2)
     assert all((sweep / name).is_file() for name in ("report.json", "report.md", "report.png", "training.png"))
     ratios = [dict(logged(csv_rows(sweep / job), "val/ratio")) for job in ("0", "1")]  # the runs' own CSV logs
     curve = report["training"]["curves"]["val/ratio"]

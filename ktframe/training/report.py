@@ -6,7 +6,9 @@ metrics come from there and, when the run has been evaluated, the objective per 
 say, checkpoints of several seeds evaluated on another distribution) counts as a run with an
 evaluation and no validation metrics. Runs differ by seed; a reader needs the mean, the spread over runs and how sure
 the mean is, so every number comes with its sample standard deviation and a 95 % Student-t
-interval (there are usually only a handful of runs, too few for a normal interval).
+interval (there are usually only a handful of runs, too few for a normal interval). The paired
+differences that each evaluation reports (``versus``: the model against every baseline, task by
+task) are pooled over runs and sets of tasks by :mod:`ktframe.training.paired`.
 
 A value that is not a finite number (a diverged run's NaN) counts as missing: it is left out of
 the mean, and ``n`` / ``runs`` say how many values were used. Runs whose evaluation of one
@@ -29,6 +31,7 @@ from scipy import special
 from ktframe.clustering.datafile import write_atomically
 from ktframe.errors import InputError
 from ktframe.training import curves as training_curves
+from ktframe.training import paired
 
 SUMMARY = "summary.json"
 CONFIG = "config.yaml"
@@ -89,13 +92,16 @@ def _run_metrics(path: Path) -> dict[str, float | None]:
     return {name: _number(value, path, f"metrics[{name!r}]") for name, value in metrics.items() if name.startswith("val/")}
 
 
-def _run_curves(path: Path) -> Curves:
-    """Per (init, n, k, method): one run's mean log objective at every evaluation step; a
-    baseline reported at convergence only (``final``) as a curve of that one value."""
-    settings = _read_json(path).get("settings")
+def _run_evaluation(path: Path) -> tuple[Curves, list[paired.Difference]]:
+    """One run's eval.json: per (init, n, k, method) its mean log objective at every evaluation step
+    (a baseline reported at convergence only, ``final``, as a curve of that one value), and its
+    paired differences (``versus``), each with the setting's baselines that identify its tasks."""
+    evaluation = _read_json(path)
+    settings = evaluation.get("settings")
     if not isinstance(settings, list):
         raise InputError(f'{path}: no "settings" list; expected the eval.json ktframe eval writes')
     curves: Curves = {}
+    differences: list[paired.Difference] = []
     for i, setting in enumerate(settings):
         where = f"settings[{i}]"
         if (
@@ -105,9 +111,10 @@ def _run_curves(path: Path) -> Curves:
             or not isinstance(setting.get("log_objective"), dict)
             or type(setting.get("k", 0)) is not int
             or not isinstance(setting.get("final", {}), dict)
+            or not isinstance(setting.get("versus", {}), dict)
         ):
             raise InputError(
-                f"{path}: {where} is not an object with init (text), n and k (integers), log_objective and final; expected the eval.json ktframe eval writes"
+                f"{path}: {where} is not an object with init (text), n and k (integers), log_objective, final and versus; expected the eval.json ktframe eval writes"
             )
         setting_key = (setting["init"], setting["n"], setting.get("k"))
         for method, values in setting["log_objective"].items():
@@ -116,7 +123,32 @@ def _run_curves(path: Path) -> Curves:
             curves[(*setting_key, method)] = [_number(v, path, f"{where}.log_objective[{method!r}]") for v in values]
         for method, value in setting.get("final", {}).items():
             curves[(*setting_key, method)] = [_number(value, path, f"{where}.final[{method!r}]")]
-    return curves
+        differences += _setting_differences(path, evaluation, setting, where, curves)
+    return curves, differences
+
+
+def _setting_differences(path: Path, evaluation: dict[str, Any], setting: dict[str, Any], where: str, curves: Curves) -> list[paired.Difference]:
+    """The paired differences of one setting of an eval.json (none in one that predates ``versus``)."""
+    versus = setting.get("versus", {})
+    if not versus:
+        return []
+    tasks = evaluation.get("tasks")
+    if type(tasks) is not int or tasks < 1:
+        raise InputError(f'{path}: "tasks" is {tasks!r}; expected the number of tasks each setting was evaluated on (an integer ≥ 1)')
+    key = (setting["init"], setting["n"], setting.get("k"))
+    baselines = {method: curves[(*key, method)] for method in setting["log_objective"] if method not in versus}
+    found = []
+    for method, others in versus.items():
+        if not isinstance(others, dict):
+            raise InputError(f"{path}: {where}.versus[{method!r}] is a {type(others).__name__}; expected an object of other methods")
+        for other, difference in others.items():
+            at = f"{where}.versus[{method!r}][{other!r}]"
+            if not isinstance(difference, dict) or not {"mean", "sem"} <= difference.keys():
+                raise InputError(f"{path}: {at} is not an object with mean and sem; expected the eval.json ktframe eval writes")
+            mean = _number(difference["mean"], path, f"{at}.mean")
+            sem = None if difference["sem"] is None else _number(difference["sem"], path, f"{at}.sem")  # None: one task
+            found.append(paired.Difference(key, method, other, mean, sem, tasks, baselines))
+    return found
 
 
 def describe(values: list[float]) -> dict[str, Any]:
@@ -202,7 +234,7 @@ def _read_run(run: Path) -> dict[str, Any]:
     summary, evaluation = run / SUMMARY, _eval_file(run)
     return {
         "metrics": _run_metrics(summary) if summary.is_file() else None,
-        "eval": (evaluation, _run_curves(evaluation)) if evaluation.is_file() else None,
+        "eval": (evaluation, *_run_evaluation(evaluation)) if evaluation.is_file() else None,
         "history": training_curves.read_history(run),
     }
 
@@ -210,13 +242,14 @@ def _read_run(run: Path) -> dict[str, Any]:
 def _aggregate(root: Path, runs: list[Path], read: dict[Path, dict[str, Any]]) -> dict[str, Any]:
     """The aggregates over ``runs``, from what :func:`_read_run` found in each (``read``)."""
     metrics = [read[run]["metrics"] for run in runs if read[run]["metrics"] is not None]
-    curves = [read[run]["eval"] for run in runs if read[run]["eval"] is not None]
+    evaluations = [read[run]["eval"] for run in runs if read[run]["eval"] is not None]
     histories = [read[run]["history"] for run in runs if read[run]["history"] is not None]
     return {
         "runs": len(runs),
         "paths": [run.relative_to(root).as_posix() for run in runs],
         "metrics": _aggregate_metrics(metrics),
-        "eval": _aggregate_eval(curves),
+        "eval": _aggregate_eval([(path, curves) for path, curves, _ in evaluations]),
+        "versus": paired.pool([differences for _, _, differences in evaluations]),
         "training": {"curves": training_curves.pool(histories), "summary": training_curves.summary(histories)} if histories else None,
     }
 
@@ -269,6 +302,7 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         ]
     else:
         lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
+    lines += paired.markdown(report["versus"])
     if report.get("groups"):
         lines += _group_tables(report)
     lines += training_curves.markdown(report)
