@@ -178,7 +178,14 @@ def test_one_run_folder_without_evaluation(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", {"val/ratio": 0.95}, None)
     report = json.loads(ok(run_cli(["report", str(run), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
 
-    assert report == {"runs": 1, "paths": ["."], "metrics": {"val/ratio": {"mean": 0.95, "std": 0.0, "n": 1, "ci95": None}}, "eval": [], "versus": [], "training": None}
+    assert report == {
+        "runs": 1,
+        "paths": ["."],
+        "metrics": {"val/ratio": {"mean": 0.95, "std": 0.0, "n": 1, "ci95": None}},
+        "eval": [],
+        "versus": [],
+        "training": None,
+    }
     assert "No evaluation was found" in (run / "report.md").read_text()
     assert not (run / "report.png").exists()
 
@@ -237,8 +244,12 @@ def test_paired_differences_are_pooled_over_runs_and_sets_of_tasks(tmp_path: Pat
     assert row["ci95"] == pytest.approx(list(stats.norm.interval(0.95, loc=mean, scale=sem)))
     assert f"| random | 512 | 5 | model | lloyd | {mean:+.4f} ± {sem:.4f} |" in (root / "report.md").read_text()
 
-    alone = json.loads(ok(run_cli(["report", str(root / "tasks1"), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
-    assert (alone["versus"][0]["mean"], alone["versus"][0]["sem"], alone["versus"][0]["task_sets"]) == (pytest.approx(0.03), pytest.approx(0.02), 1)
+    for folder in root.glob("*/seed*"):  # grouped by the set of tasks: each group one set
+        (folder / "config.yaml").write_text(f"eval:\n  seed: {folder.parent.name}\n")
+    grouped = json.loads(ok(run_cli(["report", str(root), "--by", "eval.seed", "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    (one_set,) = next(g for g in grouped["groups"] if g["setting"] == {"eval.seed": "tasks1"})["versus"]
+    assert (one_set["mean"], one_set["sem"], one_set["runs"], one_set["task_sets"]) == (pytest.approx(0.03), pytest.approx(0.02), 2, 1)
+    assert "| tasks1 | random | 512 | 5 | model | lloyd | +0.0300 ± 0.0200 |" in (root / "report.md").read_text()
 
 
 def _missing(tmp_path: Path) -> tuple[list[str], str]:

@@ -302,7 +302,9 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         ]
     else:
         lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
-    lines += paired.markdown(report["versus"])
+    if report["versus"]:
+        lines += ["", "## Evaluation: paired differences at the last step (eval.json's versus)", "", *paired.EXPLANATION, ""]
+        lines += paired.table([([], row) for row in report["versus"]], [])
     if report.get("groups"):
         lines += _group_tables(report)
     lines += training_curves.markdown(report)
@@ -337,6 +339,10 @@ def _group_tables(report: dict[str, Any]) -> list[str]:
         for group, row in rows:
             values = [str(group["setting"][key]) for key in by]
             lines.append("| " + " | ".join([*values, row["init"], str(row["n"]), _k(row), row["method"], cell(row), str(row["runs"])]) + " |")
+    differences = [([str(group["setting"][key]) for key in by], row) for group in groups for row in group["versus"]]
+    if differences:
+        lines += ["", f"## By {', '.join(by)}: paired differences at the last step", "", *paired.EXPLANATION, ""]
+        lines += paired.table(differences, by)
     return lines
 
 
