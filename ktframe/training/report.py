@@ -123,19 +123,18 @@ def _run_evaluation(path: Path) -> tuple[Curves, list[paired.Difference]]:
             curves[(*setting_key, method)] = [_number(v, path, f"{where}.log_objective[{method!r}]") for v in values]
         for method, value in setting.get("final", {}).items():
             curves[(*setting_key, method)] = [_number(value, path, f"{where}.final[{method!r}]")]
-        differences += _setting_differences(path, evaluation, setting, where, curves)
+        differences += _setting_differences(path, evaluation.get("tasks"), setting, where, setting_key, curves)
     return curves, differences
 
 
-def _setting_differences(path: Path, evaluation: dict[str, Any], setting: dict[str, Any], where: str, curves: Curves) -> list[paired.Difference]:
-    """The paired differences of one setting of an eval.json (none in one that predates ``versus``)."""
+def _setting_differences(path: Path, tasks: Any, setting: dict[str, Any], where: str, key: tuple, curves: Curves) -> list[paired.Difference]:
+    """The paired differences of one setting (``key``: init, n, k) of an eval.json that evaluated
+    ``tasks`` tasks per setting; none in one that predates ``versus``."""
     versus = setting.get("versus", {})
     if not versus:
         return []
-    tasks = evaluation.get("tasks")
     if type(tasks) is not int or tasks < 1:
         raise InputError(f'{path}: "tasks" is {tasks!r}; expected the number of tasks each setting was evaluated on (an integer ≥ 1)')
-    key = (setting["init"], setting["n"], setting.get("k"))
     baselines = {method: curves[(*key, method)] for method in setting["log_objective"] if method not in versus}
     found = []
     for method, others in versus.items():
