@@ -179,7 +179,8 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
             ax.set_title(", ".join(part for part in (context, f"{column_key}={column}" if column_key else "") if part), fontsize="medium")
             ax.set_ylabel("training loss" if metric == LOSS else "val/ratio (to one Lloyd step)")
             ax.grid(alpha=0.4)
-            ax.legend(fontsize="small")
+            if ax.get_legend_handles_labels()[0]:  # a setting of a sweep that no run has reached yet draws nothing
+                ax.legend(fontsize="small")
     for ax in axes[-1]:
         ax.set_xlabel("training step")
     fig.suptitle(f"training curves of the runs in {root}\nmedian over runs, band 25–75 %")
