@@ -86,21 +86,3 @@ def _row(key: tuple, sets: list[list[Difference]]) -> dict[str, Any]:
         "task_sets": len(sets),
         "tasks": total,
     }
-
-
-EXPLANATION = [
-    "method − other on the same tasks, task by task; the mean over the runs evaluated on one set of tasks, then over the sets;",
-    "± its standard error over the tasks (within a set at most the runs' mean standard error, the sets independent); a normal 95 % interval.",
-]
-
-
-def table(rows: list[tuple[list[str], dict[str, Any]]], keys: list[str]) -> list[str]:
-    """A Markdown table of pooled differences, each row led by its values of ``keys`` (a group's setting)."""
-    columns = [*keys, "init", "n", "k", "method", "− other", "mean ± SE", "95 % interval", "runs", "task sets", "tasks"]
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for lead, r in rows:
-        k = "—" if r["k"] is None else str(r["k"])
-        cells = [*lead, r["init"], str(r["n"]), k, r["method"], r["versus"], f"{r['mean']:+.4f} ± {r['sem']:.4f}"]
-        cells += [f"[{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}]", str(r["runs"]), str(r["task_sets"]), str(r["tasks"])]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines

@@ -301,9 +301,7 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         ]
     else:
         lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
-    if report["versus"]:
-        lines += ["", "## Evaluation: paired differences at the last step (eval.json's versus)", "", *paired.EXPLANATION, ""]
-        lines += paired.table([([], row) for row in report["versus"]], [])
+    lines += _difference_table("Evaluation: paired differences at the last step (eval.json's versus)", [([], row) for row in report["versus"]], [])
     if report.get("groups"):
         lines += _group_tables(report)
     lines += training_curves.markdown(report)
@@ -339,9 +337,29 @@ def _group_tables(report: dict[str, Any]) -> list[str]:
             values = [str(group["setting"][key]) for key in by]
             lines.append("| " + " | ".join([*values, row["init"], str(row["n"]), _k(row), row["method"], cell(row), str(row["runs"])]) + " |")
     differences = [([str(group["setting"][key]) for key in by], row) for group in groups for row in group["versus"]]
-    if differences:
-        lines += ["", f"## By {', '.join(by)}: paired differences at the last step", "", *paired.EXPLANATION, ""]
-        lines += paired.table(differences, by)
+    return lines + _difference_table(f"By {', '.join(by)}: paired differences at the last step", differences, by)
+
+
+def _difference_table(title: str, rows: list[tuple[list[str], dict[str, Any]]], keys: list[str]) -> list[str]:
+    """A section of pooled paired differences (:func:`paired.pool`), each row led by its values of
+    ``keys`` (a group's setting); nothing when no evaluation reported any."""
+    if not rows:
+        return []
+    columns = [*keys, "init", "n", "k", "method", "− other", "mean ± SE", "95 % interval", "runs", "task sets", "tasks"]
+    lines = [
+        "",
+        f"## {title}",
+        "",
+        "method − other on the same tasks, task by task; the mean over the runs evaluated on one set of tasks, then over the sets;",
+        "± its standard error over the tasks (within a set at most the runs' mean standard error, the sets independent); a normal 95 % interval.",
+        "",
+        "| " + " | ".join(columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
+    for lead, r in rows:
+        cells = [*lead, r["init"], str(r["n"]), _k(r), r["method"], r["versus"], f"{r['mean']:+.4f} ± {r['sem']:.4f}"]
+        cells += [f"[{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}]", str(r["runs"]), str(r["task_sets"]), str(r["tasks"])]
+        lines.append("| " + " | ".join(cells) + " |")
     return lines
 
 
