@@ -186,7 +186,9 @@ def test_one_run_folder_without_evaluation(tmp_path: Path) -> None:
         "versus": [],
         "training": None,
     }
-    assert "No evaluation was found" in (run / "report.md").read_text()
+    text = (run / "report.md").read_text()
+    assert "| val/ratio | 0.9500 | — | 1 |" in text  # one run: its value, no spread
+    assert "No evaluation was found" in text
     assert not (run / "report.png").exists()
 
 
@@ -386,7 +388,7 @@ def test_training_curves_pool_the_runs_as_median_and_quartiles(tmp_path: Path) -
     onehot = next(g for g in report["groups"] if g["setting"] == {"model.embedding": "onehot"})
     assert onehot["training"]["curves"]["val/ratio"]["median"] == pytest.approx([1.55, 1.25, 1.0, 0.9])
     text = (root / "report.md").read_text()
-    assert "## Training curves (csv/metrics.csv)" in text and "| none | 1 | 399 | 0.9700 [0.9700, 0.9700] | 0.9500 [0.9500, 0.9500] |" in text
+    assert "## Training curves (csv/metrics.csv)" in text and "| none | 1 | 399 | 0.9700 | 0.9500 |" in text
     assert (root / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (root / "report.png").exists()
 
     for name in ratios:  # no history: no training section of numbers, and the old picture goes

@@ -121,14 +121,19 @@ def markdown(report: dict[str, Any]) -> list[str]:
     lines = ["", f"## Training curves ({HISTORY.as_posix()}): the validation ratio, median [25 %, 75 %] over runs", ""]
     if not rows:
         return [*lines, f"No run holds {HISTORY.as_posix()} with val/ratio (runs log it with logger.kind=csv)."]
-    cell = lambda q: "—" if q is None else f"{q[1]:.4f} [{q[0]:.4f}, {q[2]:.4f}]"  # noqa: E731
     lines += ["| " + " | ".join([*by, "runs", "last step", "val/ratio at the last step", "lowest val/ratio"]) + " |", "|" + "---|" * (len(by) + 4)]
     for group in rows:
         s = group["training"]["summary"]
-        lines.append(
-            "| " + " | ".join([*(str(group["setting"][key]) for key in by), str(s["runs"]), str(s["last_step"]), cell(s["last"]), cell(s["lowest"])]) + " |"
-        )
+        cells = [str(s["runs"]), str(s["last_step"]), _quartiles(s["last"], s["runs"]), _quartiles(s["lowest"], s["runs"])]
+        lines.append("| " + " | ".join([*(str(group["setting"][key]) for key in by), *cells]) + " |")
     return lines
+
+
+def _quartiles(q: list[float] | None, runs: int) -> str:
+    """Median [25 %, 75 %]; one run's value alone, as it has no spread."""
+    if q is None:
+        return "—"
+    return f"{q[1]:.4f}" if runs == 1 else f"{q[1]:.4f} [{q[0]:.4f}, {q[2]:.4f}]"
 
 
 def setting_order(value: Any) -> tuple:

@@ -276,6 +276,11 @@ def _interval(ci95: list[float] | None) -> str:
     return "—" if ci95 is None else f"[{ci95[0]:.4f}, {ci95[1]:.4f}]"
 
 
+def _mean_std(s: dict[str, Any]) -> str:
+    """A :func:`describe` as "mean ± std"; one value (no interval) alone, as it has no spread."""
+    return f"{s['mean']:.4f}" if s["ci95"] is None else f"{s['mean']:.4f} ± {s['std']:.4f}"
+
+
 def markdown(report: dict[str, Any], root: Path) -> str:
     """Two tables a reader can paste: the final validation metrics and the evaluation's last step."""
     plural = "s" if report["runs"] != 1 else ""
@@ -289,16 +294,13 @@ def markdown(report: dict[str, Any], root: Path) -> str:
     ]
     if report["metrics"]:
         lines += ["| metric | mean ± std | 95 % interval | n |", "|---|---|---|---|"]
-        lines += [f"| {name} | {s['mean']:.4f} ± {s['std']:.4f} | {_interval(s['ci95'])} | {s['n']} |" for name, s in report["metrics"].items()]
+        lines += [f"| {name} | {_mean_std(s)} | {_interval(s['ci95'])} | {s['n']} |" for name, s in report["metrics"].items()]
     else:
         lines.append("No finite val/ metric was found (an evaluation folder, from ktframe eval --out, has none).")
     lines += ["", "## Evaluation: mean log objective at the last step (a run's eval/eval.json, an evaluation folder's eval.json)", ""]
     if report["eval"]:
         lines += ["| init | n | k | method | mean ± std | 95 % interval | runs |", "|---|---|---|---|---|---|---|"]
-        lines += [
-            f"| {r['init']} | {r['n']} | {_k(r)} | {r['method']} | {r['mean']:.4f} ± {r['std']:.4f} | {_interval(r['ci95'])} | {r['runs']} |"
-            for r in report["eval"]
-        ]
+        lines += [f"| {r['init']} | {r['n']} | {_k(r)} | {r['method']} | {_mean_std(r)} | {_interval(r['ci95'])} | {r['runs']} |" for r in report["eval"]]
     else:
         lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
     lines += _difference_table("Evaluation: paired differences at the last step (eval.json's versus)", [([], row) for row in report["versus"]], [])
@@ -312,7 +314,7 @@ def _group_tables(report: dict[str, Any]) -> list[str]:
     """One row per group: its setting, its runs, each final metric (and each evaluated method at
     the last step) as mean ± std over the group's runs."""
     by, groups = report["by"], report["groups"]
-    cell = lambda s: f"{s['mean']:.4f} ± {s['std']:.4f}" if s else "—"  # noqa: E731
+    cell = lambda s: _mean_std(s) if s else "—"  # noqa: E731
     names = list(report["metrics"])
     lines = [
         "",
