@@ -21,8 +21,8 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 
 import ktframe
-from ktframe.clustering import reference
-from ktframe.clustering.tasks import mixture
+from ktframe.core import reference
+from ktframe.core.tasks import mixture
 
 try:
     import faiss

@@ -27,7 +27,7 @@ TOOLS = ("data only", "ktframe", "ktframe fit", "scikit-learn")
 
 def child(tool: str, n: int, d: int, k: int, iterations: int) -> None:
     import ktframe
-    from ktframe.clustering.tasks import mixture
+    from ktframe.core.tasks import mixture
 
     generator = torch.Generator().manual_seed(0)
     X, _ = mixture(1, n, d, k, generator=generator, dtype=torch.float32)

@@ -17,7 +17,7 @@ import torch
 from common import best_of, machine
 from sklearn.cluster import kmeans_plusplus as sklearn_kmeans_plusplus
 
-from ktframe.clustering import reference
+from ktframe.core import reference
 from ktframe.fast import seeding
 
 

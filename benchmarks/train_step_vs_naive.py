@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 import ktframe
-from ktframe.clustering.reference import random_points
-from ktframe.clustering.tasks import mixture
-from ktframe.training.loss import softmin_bound
+from ktframe.core.loss import softmin_bound
+from ktframe.core.reference import random_points
+from ktframe.core.tasks import mixture
 
 
 class NaiveHead(nn.Module):

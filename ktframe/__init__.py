@@ -12,13 +12,14 @@ The package's folders name its parts: ``transformer`` (the model's definition), 
 estimator and the classical algorithms), ``training`` and ``cli``.
 """
 
-from ktframe.clustering import reference
 from ktframe.clustering.estimator import TransformerKMeans
-from ktframe.errors import InputError, KtframeError, NotFittedError, PluginError, UnknownNameError
-from ktframe.plugin.hookspecs import hookimpl
-from ktframe.plugin.variant import Tolerance, Variant, build_model, exact_tolerance
+from ktframe.core import reference
+from ktframe.core.errors import InputError, KtframeError, NotFittedError, PluginError, UnknownNameError
+from ktframe.core.result import ClusteringResult
+from ktframe.hooks.hookspecs import hookimpl
+from ktframe.plugin.build import build_model
+from ktframe.plugin.variant import Tolerance, Variant, exact_tolerance
 from ktframe.transformer.model import KMeansTransformer
-from ktframe.transformer.result import ClusteringResult
 
 __all__ = [
     "ClusteringResult",

@@ -37,7 +37,7 @@ GOOD = Distribution(
         import torch
 
         from ktframe import hookimpl
-        from ktframe.clustering import reference
+        from ktframe.core import reference
         from ktframe.components.maps import AttentionMap, MapOutput
         from ktframe.components.scores import Score
         from ktframe.plugin.variant import Variant, exact_tolerance
@@ -103,7 +103,7 @@ BROKEN_HOOK = Distribution(
     entry_points={"broken-hook": "ktframe_test_broken_hook"},
     source="""
         from ktframe import hookimpl
-        from ktframe.clustering import reference
+        from ktframe.core import reference
         from ktframe.components.scores import Euclidean
         from ktframe.plugin.variant import Variant, exact_tolerance
 

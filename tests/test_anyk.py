@@ -10,12 +10,12 @@ from omegaconf import OmegaConf
 from test_training import fit, ok, one_line_error
 
 import ktframe
-from ktframe.clustering import reference
 from ktframe.components.embeddings import OneHot, SlotIndex
-from ktframe.errors import InputError
-from ktframe.training.config import load_config
-from ktframe.training.data import draw, draw_step
-from ktframe.training.module import model_from_config
+from ktframe.core import reference
+from ktframe.core.errors import InputError
+from ktframe.learning.config import load_config
+from ktframe.learning.data import draw, draw_step
+from ktframe.learning.module import model_from_config
 
 
 def tasks(k: int, seed: int = 0, B: int = 4, n: int = 48, d: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,7 +129,7 @@ def test_an_any_k_run_trains_on_many_k_and_validates_at_data_k(tmp_path) -> None
     checkpoint = torch.load(tmp_path / "runs" / "anyk" / "checkpoints" / "last.ckpt", weights_only=True)
     width = 2 + 4 + 1  # d + slots for the largest k + the k coordinate
     assert checkpoint["state_dict"]["model.layers.0.point_cross.q.weight"].shape == (width, width)
-    from ktframe.training.evaluate import load_checkpoint
+    from ktframe.evaluation.evaluate import load_checkpoint
 
     _, model = load_checkpoint(tmp_path / "runs" / "anyk" / "checkpoints" / "last.ckpt")
     X, _ = tasks(1, B=2, n=32, d=2)

@@ -96,7 +96,7 @@ API_CASES: list[tuple[str, Callable[[], Any], list[str]]] = [
 
 
 def test_unknown_variant_is_an_unknown_name_error() -> None:
-    from ktframe.errors import UnknownNameError
+    from ktframe.core.errors import UnknownNameError
 
     with pytest.raises(UnknownNameError):
         model(variant="kmeans")
@@ -303,7 +303,7 @@ FORK = sys.platform == "linux" and hasattr(os, "fork")
 # __main__ and exits as the interpreter would. Prints {case id: exit code} as JSON.
 DRIVER = r"""
 import json, os, runpy, sys, traceback
-import ktframe, ktframe.errors, ktframe.cli.cluster, ktframe.cli.plugins, ktframe.cli.verify
+import ktframe, ktframe.core.errors, ktframe.cli.cluster, ktframe.cli.plugins, ktframe.cli.verify
 
 def child(argv, folder, stdout, stderr):
     code = 1

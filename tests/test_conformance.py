@@ -6,11 +6,12 @@ import math
 
 import pytest
 
-from ktframe.errors import InputError
+from ktframe.core.errors import InputError
+from ktframe.hooks.registry import Entry, Provenance
 from ktframe.plugin import manager as pluginmanager
-from ktframe.plugin.registry import Entry, Provenance
+from ktframe.plugin.build import get_variant
 from ktframe.plugin.testing import CHECKS, check_variant, variant_checks
-from ktframe.plugin.variant import Variant, exact_tolerance, get_variant
+from ktframe.plugin.variant import Variant, exact_tolerance
 
 FIRST_PARTY = ["lloyd", "lloyd-dot", "soft", "spherical", "trimmed", "robust", "kmedoids"]
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ktframe
-from ktframe.clustering import reference
+from ktframe.core import reference
 from ktframe.fast import attention, seeding
 from ktframe.fast import lloyd as fast_lloyd
 

@@ -1,6 +1,6 @@
 """Every layer of the exact (gamma = inf) transformers is one iteration of Lloyd's algorithm.
 
-The models are compared with ``ktframe.clustering.reference.lloyd`` layer by layer (the whole trajectory),
+The models are compared with ``ktframe.core.reference.lloyd`` layer by layer (the whole trajectory),
 plus the documented conventions outside the theorem's assumptions (docs/exactness.md): an empty
 cluster keeps its center, duplicate points are ordinary points, an exactly tied point is shared
 equally (hard label: the lowest index).
@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ktframe
-from ktframe.clustering import reference
-from ktframe.clustering.reference import random_points
-from ktframe.clustering.tasks import mixture
+from ktframe.core import reference
+from ktframe.core.reference import random_points
+from ktframe.core.tasks import mixture
 
 # (variant, options): every exact construction the package offers.
 EXACT_MODELS = [

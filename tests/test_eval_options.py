@@ -16,10 +16,10 @@ from omegaconf import OmegaConf
 from sklearn.cluster import KMeans
 from test_training import TINY, ok, one_line_error, run_cli
 
-from ktframe.errors import InputError
-from ktframe.training.baselines import BASELINES
-from ktframe.training.data import draw
-from ktframe.training.evaluate import baseline_seed, evaluate_checkpoint, load_checkpoint, table_rows
+from ktframe.clustering.baselines import BASELINES
+from ktframe.core.errors import InputError
+from ktframe.evaluation.evaluate import baseline_seed, evaluate_checkpoint, load_checkpoint, table_rows
+from ktframe.learning.data import draw
 
 # 4 tasks in batches of 2, 3 steps, n in {8, 32} (32: the training n): a few seconds per evaluation.
 SMALL = ["eval.tasks=4", "eval.batch_size=2", "eval.steps=3", "eval.ns=[8,32]"]
@@ -211,7 +211,7 @@ def test_lloyd_last_finishes_the_models_run_with_lloyds_steps(fixed, tmp_path):
     """model+lloyd is the model's curve up to step T − N, then Lloyd's N steps from the centers the
     model had reached there: recomputed here from the model and the reference Lloyd on the setting's
     tasks (one batch, drawn first); the other methods are as without the option."""
-    from ktframe.clustering.reference import lloyd
+    from ktframe.core.reference import lloyd
     from ktframe.fast.lloyd import objective
 
     plain = evaluate(fixed, tmp_path / "plain", "eval.batch_size=4", "eval.inits=[random]")
@@ -248,7 +248,7 @@ def test_versus_gives_the_paired_difference_of_the_model_and_every_other_method(
     """For model and model+lloyd against every other method, the mean over tasks of the difference
     at the end, and its standard error, taken task by task: recomputed here from the model and the
     reference Lloyd on the setting's tasks (one batch, drawn first)."""
-    from ktframe.clustering.reference import lloyd
+    from ktframe.core.reference import lloyd
     from ktframe.fast.lloyd import objective
 
     report = evaluate(

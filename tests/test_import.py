@@ -45,7 +45,7 @@ import torch, torchmetrics  # third-party imports first: what they do to the fil
 seen = {"mmapped": {"before": mmapped()}, "filters": {}}
 filters = list(warnings.filters)
 import ktframe
-from ktframe.training import metrics
+from ktframe.learning import metrics
 if "control" in sys.argv:  # what ktframe used to do on import: the probe must see it
     libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
     libc.mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from test_training import fit, ok, one_line_error, summary
 
-from ktframe.training.checkpoint_io import model_weights, read_checkpoint
+from ktframe.learning.checkpoint_io import model_weights, read_checkpoint
 
 
 def weights(checkpoint: Path) -> dict[str, torch.Tensor]:

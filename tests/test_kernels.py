@@ -1,7 +1,7 @@
 """The vectorised pieces of the exact path compute what their plain definitions compute: the
 arg-max map (winners found by a float compare and a product with [1, j]), the key-value sums of
 linear attention (block by block, streamed with the point stream), the blocked in-place layer, and
-the numba CPU kernels (ktframe.fast.kernels), which must give what PyTorch gives with them turned off."""
+the numba CPU kernels (ktframe.kernels.cpu), which must give what PyTorch gives with them turned off."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 import ktframe
 import ktframe.fast.model
-from ktframe.clustering import reference
-from ktframe.clustering.tasks import mixture
 from ktframe.components.maps import Hardmax, count_and_index
-from ktframe.fast import kernels
+from ktframe.core import reference
+from ktframe.core.tasks import mixture
 from ktframe.fast.model import CACHE_BLOCK, key_value_sums
+from ktframe.kernels import cpu as kernels
 
 
 def plain_hardmax(logits: torch.Tensor) -> torch.Tensor:
@@ -195,7 +195,7 @@ def test_in_place_reset_with_any_number_of_writers_equals_the_out_of_place_sum(w
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
-# --- the numba kernels (ktframe.fast.kernels) against their plain PyTorch definitions ----------------
+# --- the numba kernels (ktframe.kernels.cpu) against their plain PyTorch definitions ----------------
 
 
 def plain_argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -800,7 +800,7 @@ def test_tasks_changed_marks_the_tasks_with_any_other_number(dtype):
 
 THREADS_PROBE = """
 import os, torch
-from ktframe.fast import kernels
+from ktframe.kernels import cpu as kernels
 assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
 q, k = torch.rand(64, 600, 3), torch.rand(64, 30, 3)
 found = kernels.argmax_dot(q, k, 2.0, -1.0, values=q)

@@ -20,13 +20,14 @@ import torch
 from distributions import BAD_SIGNATURE, BROKEN_HOOK, BROKEN_IMPORT, CLASH, GOOD, SAME_NAME, SHADOW, TYPO, Distribution, Run
 
 from ktframe.cli.main import main
-from ktframe.clustering import reference
 from ktframe.components.scores import Euclidean
-from ktframe.errors import PluginError, UnknownNameError
+from ktframe.core import reference
+from ktframe.core.errors import PluginError, UnknownNameError
+from ktframe.hooks.registry import Entry, Provenance, Registry
 from ktframe.plugin import manager as pluginmanager
+from ktframe.plugin.build import get_variant
 from ktframe.plugin.manager import BUILTIN_PLUGINS, PluginLoadWarning
-from ktframe.plugin.registry import Entry, Provenance, Registry
-from ktframe.plugin.variant import Variant, exact_tolerance, get_variant
+from ktframe.plugin.variant import Variant, exact_tolerance
 
 # Entry-point names, in the order the plugin manager loads them; each registers the variant of its name.
 FIRST_PARTY = ("kmedoids", "lloyd", "lloyd-dot", "robust", "soft", "spherical", "trimmed")

@@ -1,4 +1,4 @@
-"""The classical reference (``ktframe.clustering.reference``) against scikit-learn, and its seeding."""
+"""The classical reference (``ktframe.core.reference``) against scikit-learn, and its seeding."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import pairwise_distances_argmin
 
-from ktframe.clustering import reference
-from ktframe.clustering.reference import kmeans_plusplus, random_points
+from ktframe.core import reference
+from ktframe.core.reference import kmeans_plusplus, random_points
 from ktframe.fast import seeding
 
 

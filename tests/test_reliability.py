@@ -33,11 +33,11 @@ from test_bad_input import DRIVER, FORK, Outcome
 from test_equivalence import EXACT_MODELS, problems, run_model
 from test_training import TINY, VAL_METRICS, cli_env, csv_rows, fit, logged, ok, one_line_error, run_cli, start_cli, summary, validate_in_process
 
-from ktframe.clustering import reference
-from ktframe.errors import InputError
+from ktframe.core import reference
+from ktframe.core.errors import InputError
+from ktframe.learning.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError, read_checkpoint, write_checkpoint
 from ktframe.plugin import manager as pluginmanager
 from ktframe.plugin.manager import PluginLoadWarning
-from ktframe.training.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError, read_checkpoint, write_checkpoint
 
 # One thread per run: torch's thread pool, spinning on a busy 2-core machine, makes a tiny run
 # several times slower.
@@ -261,8 +261,8 @@ def test_torchrun_ranks_share_one_run_and_validate_an_odd_task_count_exactly(tmp
         f"run {result['run_id']}: 20 steps, best val/ratio {result['best_val_ratio']}, folder {run_dir}"
     ]
 
-    from ktframe.training.config import load_config
-    from ktframe.training.data import TaskDataModule
+    from ktframe.learning.config import load_config
+    from ktframe.learning.data import TaskDataModule
 
     data = TaskDataModule(load_config([*TINY, *overrides]).data)
     data.setup()
@@ -285,7 +285,7 @@ def test_an_unwritable_run_folder_is_one_line_before_training(tmp_path):
 def test_a_full_disk_at_a_checkpoint_keeps_the_previous_one_and_stops_in_one_line(tmp_path, monkeypatch):
     """In process, with ``torch.save`` failing as a full disk makes it fail, half-way through the
     second checkpoint's bytes."""
-    from ktframe.training.config import load_config
+    from ktframe.learning.config import load_config
     from ktframe.training.run import train
 
     save = torch.save
@@ -319,7 +319,7 @@ def test_a_full_disk_at_a_checkpoint_keeps_the_previous_one_and_stops_in_one_lin
 # through ktframe's checkpoint I/O, or torch.save in place (the control).
 WRITER = r"""
 import os, sys, torch
-from ktframe.training.checkpoint_io import AtomicCheckpointIO
+from ktframe.learning.checkpoint_io import AtomicCheckpointIO
 path, how = sys.argv[1], sys.argv[2]
 save = AtomicCheckpointIO().save_checkpoint if how == "atomic" else torch.save
 def checkpoint(step):
@@ -381,7 +381,7 @@ def test_the_same_kill_corrupts_a_checkpoint_written_in_place(tmp_path):
 
 
 def test_fit_checkpoints_through_the_atomic_writer(tmp_path):
-    from ktframe.training.config import load_config
+    from ktframe.learning.config import load_config
     from ktframe.training.run import make_trainer
 
     trainer = make_trainer(load_config([*TINY, "logger.kind=none"]), False, [], tmp_path)
@@ -510,7 +510,7 @@ CASES = [
     ),
 ]
 # Run with the cases, checked on its own: --debug shows what the one line hides.
-DEBUG = Case("debug", ["--debug", "eval", "{truncated.ckpt}"], ["ktframe.errors.InputError: ", "not a readable checkpoint"])
+DEBUG = Case("debug", ["--debug", "eval", "{truncated.ckpt}"], ["ktframe.core.errors.InputError: ", "not a readable checkpoint"])
 
 
 @pytest.fixture(scope="module")
@@ -565,7 +565,7 @@ def case_outcomes(bad_files, tmp_path_factory) -> dict[str, Outcome]:
     env = cli_env(root, {**ONE_THREAD, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
     if FORK:
         (root / "jobs.json").write_text(json.dumps(jobs))
-        preload = "import ktframe.training.run, ktframe.training.evaluate, ktframe.cli.fit, ktframe.cli.eval\n"
+        preload = "import ktframe.training.run, ktframe.evaluation.evaluate, ktframe.cli.fit, ktframe.cli.eval\n"
         driver = subprocess.run([sys.executable, "-c", preload + DRIVER, str(root / "jobs.json")], capture_output=True, text=True, timeout=300, env=env)
         assert driver.returncode == 0, driver.stderr
         codes = json.loads(driver.stdout)

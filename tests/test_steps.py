@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import ktframe
-from ktframe.clustering import reference
-from ktframe.clustering.tasks import mixture
-from ktframe.fast import kernels
+from ktframe.core import reference
+from ktframe.core.tasks import mixture
+from ktframe.kernels import cpu as kernels
 
 FIELDS = ("centers", "assignments", "trajectory", "n_iter")
 

@@ -1,4 +1,4 @@
-"""ktframe's boolean environment switches (ktframe/switches.py): ``0``, ``false``, ``no``, ``off`` and
+"""ktframe's boolean environment switches (ktframe/core/switches.py): ``0``, ``false``, ``no``, ``off`` and
 the empty string, in any case and with spaces around, are off; anything else is on. Checked on the
 function and, in fresh processes that read the variables from their environment, on
 ``KTFRAME_NO_KERNELS`` and ``KTFRAME_DISABLE_PLUGINS``."""
@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
-from ktframe import switches
-from ktframe.fast import kernels
+from ktframe.core import switches
+from ktframe.kernels import cpu as kernels
 
 OFF = ["", "0", "false", "FALSE", "No", " off ", "  "]
 ON = ["1", "true", "TRUE", " yes ", "on", "On"]
@@ -45,7 +45,7 @@ def test_no_kernels_in_process(value, on, monkeypatch):
 
 PROBE = """
 import json, torch
-from ktframe.fast import kernels
+from ktframe.kernels import cpu as kernels
 from ktframe.plugin import manager as pluginmanager
 print(json.dumps({"kernels": kernels.usable(torch.zeros(3)), "variants": pluginmanager.registry().names("variant")}))
 """

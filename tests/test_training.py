@@ -121,7 +121,7 @@ def validate_in_process(state: dict, dataset) -> dict[str, float]:
     """The validation metrics of a checkpoint's model on ``dataset``, in one process."""
     from torch.utils.data import DataLoader
 
-    from ktframe.training.module import KMeansTransformerModule
+    from ktframe.learning.module import KMeansTransformerModule
 
     module = KMeansTransformerModule(state["hyper_parameters"]["config"])
     module.load_state_dict(state["state_dict"])  # strict: the keys are the module's own
@@ -204,8 +204,8 @@ def test_fit_end_to_end_learns_and_writes_its_run_folder(tmp_path):
 def test_ddp_two_processes_agree_on_run_and_reduce_metrics_exactly(tmp_path):
     from torch.utils.data import Subset
 
-    from ktframe.training.config import load_config
-    from ktframe.training.data import TaskDataModule
+    from ktframe.learning.config import load_config
+    from ktframe.learning.data import TaskDataModule
 
     overrides = ["trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp"]
     done = ok(fit(tmp_path, *overrides, env={"KTFRAME_RUN_ID": "ddp-agree-1"}, timeout=300))

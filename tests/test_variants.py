@@ -22,12 +22,12 @@ import pytest
 import torch
 
 import ktframe
-from ktframe.clustering import reference
-from ktframe.clustering.reference import random_points, sqdist
-from ktframe.clustering.tasks import mixture
-from ktframe.errors import InputError
+from ktframe.core import reference
+from ktframe.core.errors import InputError
+from ktframe.core.reference import random_points, sqdist
+from ktframe.core.tasks import mixture
+from ktframe.plugin.build import get_variant
 from ktframe.plugin.manager import registry
-from ktframe.plugin.variant import get_variant
 
 
 def run(variant, X, C0, n_layers, **options):
@@ -342,8 +342,8 @@ def test_verify_trimmed_at_a_finite_gamma_is_a_one_line_error(verify_runs):
 
 
 def test_fit_variant_shorthand_builds_a_learnable_version():
-    from ktframe.training.config import load_config, to_dict
-    from ktframe.training.module import model_from_config
+    from ktframe.learning.config import load_config, to_dict
+    from ktframe.learning.module import model_from_config
 
     cfg = load_config(["variant=robust", "data.n=40", "data.d=2", "data.k=3", "model.options.beta=2.0"])
     assert (cfg.variant, cfg.model.variant, cfg.model.gamma, cfg.model.options) == ("robust", "robust", 100.0, {"beta": 2.0})

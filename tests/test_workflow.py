@@ -18,7 +18,7 @@ from test_training import REPO, TINY, csv_rows, fit, logged, ok, one_line_error,
 from wandb.sdk.launch.sweeps import utils as sweep_utils
 from wandb_records import records
 
-from ktframe.training.config import describe_keys
+from ktframe.learning.config import describe_keys
 
 # The evaluation protocol, shrunk: 8 tasks at two n, 5 steps.
 SMALL_EVAL = ["eval.tasks=8", "eval.batch_size=4", "eval.steps=5", "eval.ns=[16,32]"]

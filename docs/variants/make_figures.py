@@ -21,8 +21,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 import ktframe  # noqa: E402
-from ktframe.clustering import reference  # noqa: E402
-from ktframe.plugin.variant import get_variant  # noqa: E402
+from ktframe.core import reference  # noqa: E402
+from ktframe.plugin.build import get_variant  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 LAYERS = 8

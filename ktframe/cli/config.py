@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ktframe.training.config import load_config, to_yaml
+from ktframe.learning.config import load_config, to_yaml
 
 
 def add_parser(commands) -> None:

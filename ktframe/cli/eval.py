@@ -32,7 +32,7 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> int:
-    from ktframe.training.evaluate import evaluate_checkpoint, format_table
+    from ktframe.evaluation.evaluate import evaluate_checkpoint, format_table
 
     report, picture = evaluate_checkpoint(args.checkpoint, args.overrides, args.out)
     print(json.dumps(report) if args.json else f"{format_table(report)}\n\nwritten: {picture.with_name('eval.json')}, {picture}")

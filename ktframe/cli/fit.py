@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ktframe.errors import InputError
-from ktframe.training.config import describe_keys, load_config, presets
+from ktframe.core.errors import InputError
+from ktframe.learning.config import describe_keys, load_config, presets
 
 
 def _positive(text: str) -> int:

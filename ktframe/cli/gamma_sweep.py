@@ -11,7 +11,7 @@ import torch
 from tqdm import tqdm
 
 from ktframe.clustering.datafile import write_atomically
-from ktframe.errors import InputError
+from ktframe.core.errors import InputError
 from ktframe.experiments import gamma_sweep
 
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ktframe.cli import cluster, config, eval, fit, gamma_sweep, plugins, report, verify
-from ktframe.errors import KtframeError, UnknownNameError
+from ktframe.core.errors import KtframeError, UnknownNameError
 from ktframe.plugin import manager as pluginmanager
 
 COMMANDS = (fit, eval, report, verify, gamma_sweep, cluster, config, plugins)
@@ -24,7 +24,9 @@ def build_parser() -> Parser:
     parser = Parser(prog="ktframe", description="Clustering algorithms written as transformer circuits.")
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     parser.add_argument(
-        "--no-plugins", action="store_true", help="run the core alone: built-in components only, no installed plugin (as KTFRAME_DISABLE_PLUGINS=1)"
+        "--no-plugins",
+        action="store_true",
+        help="run ktframe alone: its own components and variants, no other distribution's plugin (as KTFRAME_DISABLE_PLUGINS=1)",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True

@@ -24,7 +24,7 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> int:
-    from ktframe.training.report import build_report, markdown, pictures, write
+    from ktframe.reporting.report import build_report, markdown, pictures, write
 
     root = Path(args.path)
     report = build_report(root, [key for key in args.by.split(",") if key])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ktframe.cli.options import parse_gamma
-from ktframe.clustering.verify import PAPER_DTYPE, PAPER_GAMMA, Setting, format_report, verify
+from ktframe.plugin.verify import PAPER_DTYPE, PAPER_GAMMA, Setting, format_report, verify
 
 
 def add_parser(commands) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ktframe.clustering import numeric_csv
-from ktframe.errors import InputError
+from ktframe.core.errors import InputError
 
 SUFFIXES = (".csv", ".npy")
 

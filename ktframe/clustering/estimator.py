@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ktframe.clustering import reference
-from ktframe.errors import InputError, NotFittedError
+from ktframe.core import reference
+from ktframe.core.errors import InputError, NotFittedError
+from ktframe.core.validation import as_tensor, check_finite, check_n_clusters, check_points, check_positive_int, check_rank
 from ktframe.fast import lloyd as fast
 from ktframe.fast import seeding
-from ktframe.transformer.validation import as_tensor, check_finite, check_gamma, check_n_clusters, check_points, check_positive_int, check_rank
+from ktframe.plugin.build import build_model
 
 INITS = ("k-means++", "random")
 FLOATS = {"float32": torch.float32, "float64": torch.float64}
@@ -195,12 +196,6 @@ class TransformerKMeans:
 
     # --- fitting --------------------------------------------------------------------------------
 
-    def _model_options(self) -> dict[str, Any]:
-        options = dict(self.variant_options or {})
-        if self.variant == "lloyd" and math.isinf(check_gamma(self.gamma)):
-            options.setdefault("reset", "identity")
-        return options
-
     def _model(self, d: int, k: int, steps: int, dtype: torch.dtype) -> torch.nn.Module:
         """The variant's model for this fit. The last one built is kept and used again while its
         settings stay the same (refits, as in a search over data, a bootstrap or a stream of
@@ -208,9 +203,7 @@ class TransformerKMeans:
         them on a thousand small tasks. A variant's model returns the same result every time it is
         run on the same input (the ``determinism`` check of :mod:`ktframe.plugin.testing`), so
         reuse changes no result."""
-        from ktframe.plugin.variant import build_model
-
-        options = self._model_options()
+        options = dict(self.variant_options or {})
         key = (self.variant, d, k, steps, self.gamma, dtype, repr(sorted(options.items())))
         cached = vars(self).get("_built")
         if cached is None or cached[0] != key:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ktframe.plugin.hookspecs import Register, hookimpl
+from ktframe.hooks.hookspecs import Register, hookimpl
 
 
 class Embedding:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from ktframe.clustering import reference
-from ktframe.plugin.hookspecs import Register, hookimpl
+from ktframe.core import reference
+from ktframe.hooks.hookspecs import Register, hookimpl
 
 
 @hookimpl

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import entmax
 import torch
 
-from ktframe.errors import InputError
-from ktframe.fast import kernels
-from ktframe.plugin.hookspecs import Register, hookimpl
+from ktframe.core.errors import InputError
+from ktframe.hooks.hookspecs import Register, hookimpl
+from ktframe.kernels import cpu as kernels
 
 
 @dataclass

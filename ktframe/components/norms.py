@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ktframe.plugin.hookspecs import Register, hookimpl
+from ktframe.hooks.hookspecs import Register, hookimpl
 
 
 class SphereNorm(nn.Module):

@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from ktframe.clustering.reference import sqdist
-from ktframe.plugin.hookspecs import Register, hookimpl
+from ktframe.core.reference import sqdist, squared_distances
+from ktframe.hooks.hookspecs import Register, hookimpl
 
 
 class Score:
@@ -33,13 +33,6 @@ class Score:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
-
-
-def squared_distances(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``‖q_i − k_j‖²`` through one matrix product; clamped at 0 against rounding."""
-    kk = k.pow(2).sum(-1).unsqueeze(-2).expand(q.shape[0], q.shape[1], k.shape[1])
-    out = torch.baddbmm(kk, q, k.transpose(-1, -2), alpha=-2.0)
-    return out.add_(q.pow(2).sum(-1, keepdim=True)).clamp_min_(0.0)
 
 
 class Euclidean(Score):

@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from ktframe.clustering.datafile import write_atomically
-from ktframe.errors import InputError
+from ktframe.core.errors import InputError
 from ktframe.fast import lloyd
-from ktframe.plugin.variant import build_model, get_variant
+from ktframe.plugin.build import build_model, get_variant
 
 STEPS = 10
 COLUMNS = ("k", "d", "n", "scale", "gamma", "delta")

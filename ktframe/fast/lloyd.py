@@ -1,6 +1,6 @@
 """Nearest centers, the k-means objective and Lloyd's algorithm on the fast path: what
-:mod:`ktframe.clustering.reference` defines, with every point's nearest center found by the fused
-arg-max kernel (:func:`ktframe.fast.kernels.argmax_dot` over ``2 x·c − ‖c‖²``), which never builds
+:mod:`ktframe.core.reference` defines, with every point's nearest center found by the fused
+arg-max kernel (:func:`ktframe.kernels.cpu.argmax_dot` over ``2 x·c − ‖c‖²``), which never builds
 the ``(n, k)`` distances and takes each cluster's sum in the same pass.
 
 The kernel decides a point only where its nearest center wins by more than rounding could change
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import torch
 
-from ktframe.clustering import reference
-from ktframe.clustering.reference import BLOCK_ELEMENTS
-from ktframe.fast import kernels
-from ktframe.transformer.result import ClusteringResult
+from ktframe.core import reference
+from ktframe.core.reference import BLOCK_ELEMENTS
+from ktframe.core.result import ClusteringResult
+from ktframe.kernels import cpu as kernels
 
 
 def _exact_split(points: torch.Tensor, C: torch.Tensor, task: torch.Tensor) -> torch.Tensor:

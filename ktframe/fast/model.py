@@ -13,7 +13,7 @@ What it changes, and why each is still the definition:
   Without autograd, values wider than the queries (one-hot center indices: k wide, against d + 1)
   take the weights built block by block instead, which the kernel would reach by padding q and k
   to the values' width.
-- **Fused arg-max.** An arg-max head over such a score runs through :func:`ktframe.fast.kernels.argmax_dot`,
+- **Fused arg-max.** An arg-max head over such a score runs through :func:`ktframe.kernels.cpu.argmax_dot`,
   which reduces the logits tile by tile without building them; a query whose winner it cannot tell
   within a rounding bound (near ties, NaN) is decided by the map itself, as the definition does.
 - **Linear attention by sums.** Normalized linear attention is associative, ``(q Kᵀ) V / (q Kᵀ 1) =
@@ -35,15 +35,15 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ktframe.clustering.reference import assign
 from ktframe.components.maps import MapOutput
-from ktframe.fast import kernels
+from ktframe.core.reference import assign
+from ktframe.core.result import ClusteringResult
+from ktframe.core.validation import check_model_inputs
 from ktframe.fast import steps as layer_steps
 from ktframe.fast.attention import Workspace, softmax_dropout_attention
+from ktframe.kernels import cpu as kernels
 from ktframe.transformer.construction import HeadGroup
 from ktframe.transformer.model import MEMORY_BLOCK, AttentionHead, KMeansTransformer, Layer, Select, add_into
-from ktframe.transformer.result import ClusteringResult
-from ktframe.transformer.validation import check_model_inputs
 
 # Without autograd a layer updates its streams in blocks of CACHE_BLOCK logits, whose intermediates
 # stay in cache (with the fused kernels, fewer, larger blocks cost less Python per layer).
@@ -70,7 +70,7 @@ class FastAttentionHead(AttentionHead):
     @functools.cached_property
     def fused_argmax(self) -> bool:
         """An arg-max over dot-product-form logits: on CPU a kernel reduces them tile by tile
-        without building the block's logits (:func:`ktframe.fast.kernels.argmax_dot`)."""
+        without building the block's logits (:func:`ktframe.kernels.cpu.argmax_dot`)."""
         return not self.identity and self.map.argmax and self.score.dot_product_form(self.gamma) is not None
 
     @property
@@ -176,9 +176,9 @@ class FastAttentionHead(AttentionHead):
         track_moved: bool = False,
         known: torch.Tensor | None = None,
     ) -> kernels.Winners | None:
-        """The CPU arg-max kernel's :class:`~ktframe.fast.kernels.Winners` for projected queries and
+        """The CPU arg-max kernel's :class:`~ktframe.kernels.cpu.Winners` for projected queries and
         keys, where a query without a clear winner (close rivals, a NaN: the map must decide it)
-        has index −1; the other arguments as in :func:`ktframe.fast.kernels.argmax_dot`. None
+        has index −1; the other arguments as in :func:`ktframe.kernels.cpu.argmax_dot`. None
         where the kernel does not apply: not an arg-max head of dot-product form, a GPU, autograd."""
         if not (self.fused_argmax and min(*q.shape, k.shape[1]) and kernels.usable(q, k)):
             return None
@@ -263,7 +263,7 @@ class KeyValueSums:
 
     Summed over blocks of keys, which stay in cache where one product over all keys would not.
     Sparse keys (the one-hot assignments) are summed by a kernel that visits only their
-    non-zeros, O(n · f) instead of the O(n · e · f) product (:mod:`ktframe.fast.kernels`).
+    non-zeros, O(n · f) instead of the O(n · e · f) product (:mod:`ktframe.kernels.cpu`).
     """
 
     def __init__(self) -> None:

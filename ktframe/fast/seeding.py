@@ -1,5 +1,5 @@
 """k-means++ seeding on the fast path: the draws of
-:func:`ktframe.clustering.reference.kmeans_plusplus`, with the distances to the candidates from one
+:func:`ktframe.core.reference.kmeans_plusplus`, with the distances to the candidates from one
 matrix product per step (``‖x‖² − 2 x·c + ‖c‖²``, as scikit-learn computes them) instead of the
 exact differences, and on the CPU each step's passes over them by numba kernels (:func:`_potentials`,
 :func:`_take`). ``TransformerKMeans(init="k-means++")`` seeds with it; the evaluation's baselines
@@ -14,8 +14,9 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from ktframe.clustering.reference import BLOCK_ELEMENTS
-from ktframe.fast import kernels, memory
+from ktframe.core.reference import BLOCK_ELEMENTS
+from ktframe.fast import memory
+from ktframe.kernels import cpu as kernels
 
 # Points a kernel worker adds up at a time: the potentials' partial sums, added in block order.
 SUM_BLOCK = 4096
@@ -135,7 +136,7 @@ def kmeans_plusplus(
     greedy: bool = False,
     n_local_trials: int | None = None,
 ) -> torch.Tensor:
-    """k-means++ seeding as :func:`ktframe.clustering.reference.kmeans_plusplus` defines it, plain
+    """k-means++ seeding as :func:`ktframe.core.reference.kmeans_plusplus` defines it, plain
     or greedy, from matrix-product distances.
 
     Speed: the distances to the candidates come from one matrix product per step

@@ -7,7 +7,7 @@ say) that work costs as much as the kernels'. Where every step is one and the sa
 (:meth:`~ktframe.fast.model.FastLayer._assign`: the point update an arg-max head whose slot is
 reset, the center update normalized linear attention over the assignments' cluster sums, its slot
 reset), that reads its streams through plain views, and each task fits in one tile of the arg-max
-kernel, :func:`ktframe.fast.kernels.hard_steps` takes each task through all of its steps at once:
+kernel, :func:`ktframe.kernels.cpu.hard_steps` takes each task through all of its steps at once:
 the arithmetic of the layer's own steps, in the same order, so the result is the same bit for bit
 (``tests/test_steps.py``). A task with a query without a clear winner, which the layer's map
 decides, takes the rest of its steps through the layer, one by one, the other tasks skipped.
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from ktframe.fast import kernels
+from ktframe.kernels import cpu as kernels
 from ktframe.transformer.model import Select
 
 if TYPE_CHECKING:

@@ -7,10 +7,11 @@ time so that one broken plugin is reported while the others still load.
 Environment:
 - ``KTFRAME_STRICT_PLUGINS=1``: a plugin that fails to load or register is an error, not a warning.
 - ``KTFRAME_DISABLE_PLUGINS=1`` (or a comma-separated list of entry-point names): skip those
-  entry points; the built-in components still load. ``ktframe --no-plugins`` sets it to 1.
+  entry points; ``1`` (``ktframe --no-plugins``) skips every other distribution's plugins, while the
+  built-in components and ktframe's own variants (entry points of the ktframe distribution) still load.
 
 Both read ``0``, ``false``, ``no``, ``off`` and the empty string (any case) as off
-(:mod:`ktframe.switches`); ``KTFRAME_DISABLE_PLUGINS`` takes ``1``, ``true``, ``yes``, ``on`` or
+(:mod:`ktframe.core.switches`); ``KTFRAME_DISABLE_PLUGINS`` takes ``1``, ``true``, ``yes``, ``on`` or
 ``all`` as every entry point and any other value as a list of names.
 """
 
@@ -27,13 +28,14 @@ from typing import Any
 
 import pluggy
 
-from ktframe import switches
-from ktframe.errors import PluginError
-from ktframe.plugin import hookspecs
-from ktframe.plugin.registry import Entry, Provenance, Registry
+from ktframe.core import switches
+from ktframe.core.errors import PluginError
+from ktframe.hooks import hookspecs
+from ktframe.hooks.registry import Entry, Provenance, Registry
 from ktframe.plugin.variant import Variant
 
 ENTRY_POINT_GROUP = "ktframe"
+FIRST_PARTY = "ktframe"  # the distribution whose entry points are its own variants
 DISABLE_ENV = "KTFRAME_DISABLE_PLUGINS"
 BUILTIN_PLUGINS = (
     "ktframe.components.scores",
@@ -42,7 +44,6 @@ BUILTIN_PLUGINS = (
     "ktframe.components.activations",
     "ktframe.components.embeddings",
     "ktframe.components.initializers",
-    "ktframe.transformer.learned",
 )
 
 
@@ -92,7 +93,7 @@ def disabled() -> str:
     """What of the installed plugins is switched off, in words for an error message ("" if none)."""
     names = _disabled_entry_points()
     if names is True:
-        return f"installed plugins are disabled (--no-plugins or {DISABLE_ENV})"
+        return f"plugins of other distributions than ktframe are disabled (--no-plugins or {DISABLE_ENV})"
     return f"these installed plugins are disabled ({DISABLE_ENV}): {', '.join(sorted(names))}" if names else ""
 
 
@@ -124,12 +125,12 @@ def _register(pm: pluggy.PluginManager, plugin: Any, provenance: Provenance, fai
 
 def _load_entry_points(pm: pluggy.PluginManager, provenances: dict[str, Provenance], failures: list[PluginFailure]) -> None:
     disabled = _disabled_entry_points()
-    if disabled is True:
-        return
     for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        if ep.name in disabled:
-            continue
         dist = ep.dist
+        # Switched off as a whole, the installed plugins are those of other distributions: ktframe's
+        # own variants are entry points like theirs, and ktframe without them could cluster nothing.
+        if ep.name in disabled if disabled is not True else (dist is None or dist.name != FIRST_PARTY):
+            continue
         provenance = Provenance(ep.name, dist.name if dist else None, dist.version if dist else None)
         if pm.get_plugin(ep.name) is not None:
             other = provenances.get(ep.name)
@@ -157,7 +158,7 @@ def _check_hook_names(pm: pluggy.PluginManager, provenances: dict[str, Provenanc
 def registrar(kind: str, provenance: Provenance, staged: list[Entry]) -> Callable[..., None]:
     """The ``register`` callback that a hook filling ``kind`` receives, appending to ``staged``:
     ``register(name, obj)`` for a component, ``register(variant)`` for a variant
-    (:mod:`ktframe.plugin.hookspecs` says what each hook registers)."""
+    (:mod:`ktframe.hooks.hookspecs` says what each hook registers)."""
 
     def register(name: str, obj: Any) -> None:
         if not isinstance(name, str) or not name:
@@ -218,11 +219,11 @@ def load() -> PluginState:
     """Load built-in and installed plugins afresh and build their registry."""
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    version = metadata.version("ktframe")
+    version = metadata.version(FIRST_PARTY)
     provenances: dict[str, Provenance] = {}
     failures: list[PluginFailure] = []
     for module_name in BUILTIN_PLUGINS:
-        provenance = Provenance(module_name, "ktframe", version)
+        provenance = Provenance(module_name, FIRST_PARTY, version)
         pm.register(importlib.import_module(module_name), name=module_name)
         provenances[module_name] = provenance
     _load_entry_points(pm, provenances, failures)
@@ -247,7 +248,7 @@ def reset() -> None:
 
 
 def disable_installed() -> None:
-    """From now on load the built-in components only, no installed plugin, in this process and
+    """From now on load ktframe alone (its components and its own variants), no other distribution's plugin, in this process and
     in those it starts (the ranks Lightning's DDP launches inherit the environment)."""
     os.environ[DISABLE_ENV] = "1"
     reset()

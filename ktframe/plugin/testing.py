@@ -44,13 +44,14 @@ from typing import Any
 
 import torch
 
-from ktframe.clustering import reference
-from ktframe.clustering.tasks import mixture
-from ktframe.clustering.verify import centers_are_points
-from ktframe.plugin.variant import Variant, build_model, get_variant
-from ktframe.training.loss import softmin_bound
+from ktframe.core import reference
+from ktframe.core.loss import softmin_bound
+from ktframe.core.result import ClusteringResult
+from ktframe.core.tasks import mixture
+from ktframe.plugin.build import build_model, get_variant
+from ktframe.plugin.variant import Variant
+from ktframe.plugin.verify import centers_are_points
 from ktframe.transformer.construction import learnable
-from ktframe.transformer.result import ClusteringResult
 
 CHECKS = ("registered", "shapes", "dtypes", "batching", "determinism", "reference", "trainable")
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ktframe.errors import InputError
-from ktframe.plugin.registry import closest
-from ktframe.transformer.result import ClusteringResult
-from ktframe.transformer.validation import check_gamma, check_positive_int
+from ktframe.core.errors import InputError
+from ktframe.core.names import closest
+from ktframe.core.result import ClusteringResult
+from ktframe.core.validation import check_gamma
 
 if TYPE_CHECKING:
     from ktframe.transformer.model import KMeansTransformer
@@ -41,7 +41,7 @@ class Variant:
       for the hard limit), ``dtype`` (``"float32"`` or ``"float64"``) and any build option, e.g.
       ``{"gamma": math.inf, "dtype": "float64"}``. None declares none: ``ktframe verify`` then
       runs ktframe's default (gamma=1e4, float32) and the conformance suite fails the variant.
-      An unknown key or a bad value is an :class:`~ktframe.errors.InputError` when the Variant
+      An unknown key or a bad value is an :class:`~ktframe.core.errors.InputError` when the Variant
       is created.
 
     Build options that the reference also takes (``trim``, ``beta``, ``seed``, ...) are passed
@@ -148,36 +148,3 @@ def check_options(variant: Variant, options: dict[str, Any]) -> None:
             hint = closest(key, valid)
             suggestion = f" (did you mean {hint!r}?)" if hint else ""
             raise InputError(f"unknown option {key!r} for variant {variant.name!r}; expected one of: {', '.join(valid) or '(none)'}{suggestion}")
-
-
-def get_variant(name: str) -> Variant:
-    from ktframe.plugin.manager import registry
-
-    return registry().get("variant", name)
-
-
-def build_model(
-    variant: str,
-    *,
-    d: int,
-    k: int,
-    n_layers: int,
-    gamma: float | None = None,
-    dtype: torch.dtype | str = torch.float32,
-    **options: Any,
-) -> KMeansTransformer:
-    """The model of ``variant`` for ``d`` coordinates and ``k`` clusters.
-
-    ``gamma=None`` takes the variant's default: inf (the exact hard limit) for the hand-built
-    variants, 1 for ``learned``. ``options`` are the variant's own (``ktframe plugins`` lists them).
-    """
-    spec = get_variant(variant)
-    d = check_positive_int(d, "d")
-    k = check_positive_int(k, "k")
-    n_layers = check_positive_int(n_layers, "n_layers")
-    if gamma is not None:
-        options["gamma"] = check_gamma(gamma)
-    check_options(spec, options)
-    model = spec.build(d=d, k=k, n_layers=n_layers, **options)
-    model.variant = spec.name
-    return model.to(resolve_dtype(dtype))

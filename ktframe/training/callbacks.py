@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import lightning as L
 
-from ktframe.training.seeds import seed_step
+from ktframe.learning.seeds import seed_step
 
 
 class ValidateLastStep(L.Callback):

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
 
-from ktframe.errors import KtframeError
+from ktframe.core.errors import KtframeError
 
 T = TypeVar("T")
 

@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ktframe.clustering.datafile import write_atomically
-from ktframe.errors import InputError
-from ktframe.training.config import load_config, parse_overrides
+from ktframe.core.errors import InputError
+from ktframe.learning.config import load_config, parse_overrides
 
 SWEEP_FILE = "multirun.json"
 # Keys each job sets for itself: sweeping them, or fixing one for every job, makes no sense.

@@ -30,14 +30,15 @@ from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
 from ktframe.clustering.datafile import write_atomically
-from ktframe.errors import InputError
+from ktframe.core.errors import InputError
+from ktframe.evaluation.evaluate import evaluate_checkpoint, table_rows
+from ktframe.learning.checkpoint_io import AtomicCheckpointIO, load_weights, model_weights, read_checkpoint
+from ktframe.learning.config import to_dict, to_yaml, trainer_extras
+from ktframe.learning.data import TaskDataModule, draw
+from ktframe.learning.module import KMeansTransformerModule
 from ktframe.plugin.manager import registry
 from ktframe.training.callbacks import SeedEachStep, ValidateLastStep
-from ktframe.training.checkpoint_io import AtomicCheckpointIO, load_weights, model_weights, read_checkpoint
-from ktframe.training.config import to_dict, to_yaml, trainer_extras
-from ktframe.training.data import TaskDataModule
 from ktframe.training.launch import agree
-from ktframe.training.module import KMeansTransformerModule
 from ktframe.training.preemption import Preemption
 
 RUN_ID_ENV = "KTFRAME_RUN_ID"
@@ -181,8 +182,7 @@ def _start_wandb(logger, cfg: DictConfig, run_id: str, run_dir: Path):
 
 def _figures(module: KMeansTransformerModule, cfg: DictConfig, run_dir: Path, logger) -> None:
     """Pictures of the trained model on the first validation tasks, into ``run_dir/figures``."""
-    from ktframe.training import figures
-    from ktframe.training.data import draw
+    from ktframe.reporting import figures  # matplotlib: imported once there is a picture to draw
 
     X, C0, labels = draw(cfg.data, min(8, cfg.data.val_tasks), torch.Generator().manual_seed(cfg.data.val_seed))
     figures.save(figures.training_figures(module.model.cpu(), X, C0, labels), run_dir / "figures", logger or None)
@@ -332,8 +332,6 @@ def _evaluate_after_fit(best: Path, out: Path, logger, settings: dict[str, Any])
     """The paper's evaluation of the best checkpoint, as ``ktframe eval`` runs it, under this run's
     eval ``settings``: a resumed run's may differ from those its checkpoint was saved with. Its
     table and picture go to the logger too when it takes them."""
-    from ktframe.training.evaluate import evaluate_checkpoint, table_rows
-
     report, picture = evaluate_checkpoint(best, [f"eval.{key}={json.dumps(value)}" for key, value in settings.items()], out=out)
     if logger is not None and hasattr(logger, "log_table"):
         columns, rows = table_rows(report)

@@ -9,10 +9,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ktframe.components.maps import AttentionMap
-from ktframe.components.scores import Score
-from ktframe.errors import InputError
-from ktframe.plugin.manager import registry
+from ktframe.components.maps import AttentionMap, Hardmax, Normalize, Softmax
+from ktframe.components.scores import ClusterEuclidean, Euclidean, Score
+from ktframe.components.scores import Linear as LinearScore
+from ktframe.core.errors import InputError
 from ktframe.transformer.model import AttentionHead, Layer, Linear, Select
 
 
@@ -82,8 +82,8 @@ def assignment_map(gamma: float) -> tuple[AttentionMap, float]:
     """The map and inverse temperature that choose among keys: a softmax at finite ``gamma``,
     the arg-max (ties averaged) it tends to at ``gamma=inf``."""
     if math.isinf(gamma):
-        return registry().get("map", "hardmax")(), 1.0
-    return registry().get("map", "softmax")(), gamma
+        return Hardmax(), 1.0
+    return Softmax(), gamma
 
 
 def assignment_head(
@@ -92,7 +92,7 @@ def assignment_head(
     """Point → centers: writes the index of the best-scoring center (Euclidean by default) into
     the assignment, softly at finite ``gamma``; ``qk_norm`` normalises the queries and keys."""
     choose, g = assignment_map(gamma)
-    score = registry().get("score", "euclidean")() if score is None else score
+    score = Euclidean() if score is None else score
     return fixed_head(width, q=xs, k=xs, v=ys, score=score, attention_map=choose, gamma=g, norm=qk_norm, normed="qk" if qk_norm else "")
 
 
@@ -111,25 +111,20 @@ def reset_head(width: int, on: Sequence[int], erase: Sequence[int], *, identity:
     coordinates ``on`` picks the token itself (or its exact duplicates, which hold the same
     ``erase`` coordinates) and writes minus them. Exact at any temperature of the other heads, and
     so is its ``identity`` mode (the token itself, without the n × n arg-max)."""
-    reg = registry()
-    euclidean, hardmax = reg.get("score", "euclidean")(), reg.get("map", "hardmax")()
-    return fixed_head(width, q=on, k=on, v=erase, v_scale=-1.0, score=euclidean, attention_map=hardmax, identity=identity)
+    return fixed_head(width, q=on, k=on, v=erase, v_scale=-1.0, score=Euclidean(), attention_map=Hardmax(), identity=identity)
 
 
 def mean_head(width: int, xs: Sequence[int], ys: Sequence[int], *, v_norm: Callable[[int], nn.Module] | None = None) -> AttentionHead:
     """Center → points: normalized linear attention ``e_j·y_i / Σ e_j·y_i'`` writes the
     (assignment-weighted) mean of the cluster's points (normalised by ``v_norm`` first, if given);
     an empty cluster keeps its center."""
-    reg = registry()
-    return fixed_head(
-        width, q=ys, k=ys, v=xs, score=reg.get("score", "linear")(), attention_map=reg.get("map", "normalize")(), norm=v_norm, normed="v" if v_norm else ""
-    )
+    return fixed_head(width, q=ys, k=ys, v=xs, score=LinearScore(), attention_map=Normalize(), norm=v_norm, normed="v" if v_norm else "")
 
 
 def cluster_head(width: int, xs: Sequence[int], ys: Sequence[int], attention_map: AttentionMap, *, gamma: float = 1.0) -> AttentionHead:
     """Center → the points of its own cluster, scored by ``−gamma · ‖c_j − x_i‖² + log y_ij``
     (the ``cluster-euclidean`` score); ``attention_map`` decides how they are weighed."""
-    score = registry().get("score", "cluster-euclidean")(gate=len(ys))
+    score = ClusterEuclidean(gate=len(ys))
     return fixed_head(width, q=list(xs) + list(ys), k=list(xs) + list(ys), v=xs, score=score, attention_map=attention_map, gamma=gamma)
 
 

@@ -27,12 +27,12 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ktframe.clustering.reference import assign
 from ktframe.components.embeddings import Embedding
 from ktframe.components.maps import AttentionMap
 from ktframe.components.scores import Score
-from ktframe.transformer.result import ClusteringResult
-from ktframe.transformer.validation import check_model_inputs
+from ktframe.core.reference import assign
+from ktframe.core.result import ClusteringResult
+from ktframe.core.validation import check_model_inputs
 
 # A head takes its queries in blocks whose logits hold at most MEMORY_BLOCK numbers, so that the
 # n × n point self-attention needs memory that grows with n, not n².

@@ -17,15 +17,26 @@ import math
 
 import torch
 
-from ktframe import hookimpl
-from ktframe.clustering import reference
 from ktframe.components.maps import GumbelHardmax
-from ktframe.errors import InputError
-from ktframe.fast import FastKMeansTransformer, FastLayer, accelerate
-from ktframe.plugin.manager import registry
-from ktframe.plugin.variant import Variant, exact_tolerance
-from ktframe.transformer.construction import cluster_head, coords, lloyd_family_layer, mean_head, reset_head, stack
-from ktframe.transformer.model import AttentionHead, KMeansTransformer, Layer
+from ktframe.fast import FastKMeansTransformer, FastLayer
+from ktframe.plugin import (
+    AttentionHead,
+    InputError,
+    KMeansTransformer,
+    Layer,
+    Variant,
+    accelerate,
+    cluster_head,
+    coords,
+    exact_tolerance,
+    hookimpl,
+    lloyd_family_layer,
+    mean_head,
+    reference,
+    registry,
+    reset_head,
+    stack,
+)
 
 BETA = 1e3
 SEED = 0

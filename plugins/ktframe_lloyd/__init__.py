@@ -16,15 +16,22 @@ from __future__ import annotations
 
 import math
 
-from ktframe import hookimpl
-from ktframe.clustering import reference
-from ktframe.components.embeddings import SlotIndex
-from ktframe.errors import InputError
-from ktframe.fast import accelerate
-from ktframe.plugin.manager import registry
-from ktframe.plugin.variant import Variant, exact_tolerance
-from ktframe.transformer.construction import check_reset, coords, fixed_head
-from ktframe.transformer.model import KMeansTransformer, Layer
+from ktframe.plugin import (
+    InputError,
+    KMeansTransformer,
+    Layer,
+    SlotIndex,
+    Variant,
+    accelerate,
+    assignment_map,
+    check_reset,
+    coords,
+    exact_tolerance,
+    fixed_head,
+    hookimpl,
+    reference,
+    registry,
+)
 
 CENTER_UPDATES = ("linear", "argmax")
 
@@ -36,7 +43,7 @@ def build(
     n_layers: int,
     gamma: float = math.inf,
     center_update: str = "linear",
-    reset: str = "attention",
+    reset: str | None = None,
     share_weights: bool = True,
     any_k: bool = False,
     fast: bool = True,
@@ -47,17 +54,17 @@ def build(
     model built for k' does. ``reset="identity"`` computes the two self-attentions (the resets) as the identity they are
     in the hard limit: O(n) instead of O(n²) for the points, and no k × k arg-max per task for the
     centers, whose index parts ``e_j`` are distinct. It is refused at finite gamma, where it would
-    not be exact."""
+    not be exact. ``reset=None`` (the default) is ``"identity"`` in the hard limit and
+    ``"attention"`` elsewhere."""
     if center_update not in CENTER_UPDATES:
         raise InputError(f"center_update must be one of {', '.join(CENTER_UPDATES)}; got {center_update!r}")
-    check_reset(reset)
-    hard = math.isinf(gamma)
+    choose, g = assignment_map(gamma)
+    hard = choose.argmax
+    reset = check_reset(reset if reset is not None else "identity" if hard else "attention")
     if reset == "identity" and not hard:
         raise InputError(f"reset='identity' is exact only in the hard limit; use gamma=inf (got gamma={gamma:g}) or reset='attention'")
     reg = registry()
     euclidean = reg.get("score", "euclidean")()
-    choose = reg.get("map", "hardmax")() if hard else reg.get("map", "softmax")()
-    g = 1.0 if hard else gamma
     embedding = SlotIndex(k, k_feature=False) if any_k else reg.get("embedding", "onehot")()
     width, xs, ys = embedding.width(d, k), coords(0, d), coords(d, d + k)
 

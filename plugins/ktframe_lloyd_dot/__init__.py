@@ -13,14 +13,24 @@ import math
 
 import torch
 
-from ktframe import hookimpl
-from ktframe.clustering import reference
-from ktframe.components.embeddings import Embedding, data_tokens, index_tokens
-from ktframe.fast import accelerate
-from ktframe.plugin.manager import registry
-from ktframe.plugin.variant import Variant, exact_tolerance
-from ktframe.transformer.construction import coords, fixed_head
-from ktframe.transformer.model import FeedForward, KMeansTransformer, Layer, Linear, Select
+from ktframe.plugin import (
+    Embedding,
+    FeedForward,
+    KMeansTransformer,
+    Layer,
+    Linear,
+    Select,
+    Variant,
+    accelerate,
+    coords,
+    data_tokens,
+    exact_tolerance,
+    fixed_head,
+    hookimpl,
+    index_tokens,
+    reference,
+    registry,
+)
 
 
 class SquaredNormEmbedding(Embedding):

@@ -16,14 +16,20 @@ import math
 
 import torch
 
-from ktframe import hookimpl
-from ktframe.clustering import reference
-from ktframe.errors import InputError
-from ktframe.fast import accelerate
-from ktframe.plugin.manager import registry
-from ktframe.plugin.variant import Variant, exact_tolerance
-from ktframe.transformer.construction import cluster_head, coords, lloyd_family_layer, stack
-from ktframe.transformer.model import KMeansTransformer
+from ktframe.plugin import (
+    InputError,
+    KMeansTransformer,
+    Variant,
+    accelerate,
+    cluster_head,
+    coords,
+    exact_tolerance,
+    hookimpl,
+    lloyd_family_layer,
+    reference,
+    registry,
+    stack,
+)
 
 
 def resolve_beta(beta: float | None, d: int) -> float:

@@ -14,13 +14,20 @@ import math
 
 import torch
 
-from ktframe import hookimpl
-from ktframe.clustering import reference
-from ktframe.fast import accelerate
-from ktframe.plugin.manager import registry
-from ktframe.plugin.variant import Tolerance, Variant
-from ktframe.transformer.construction import check_reset, coords, lloyd_family_layer, mean_head, stack
-from ktframe.transformer.model import KMeansTransformer
+from ktframe.plugin import (
+    KMeansTransformer,
+    Tolerance,
+    Variant,
+    accelerate,
+    check_reset,
+    coords,
+    hookimpl,
+    lloyd_family_layer,
+    mean_head,
+    reference,
+    registry,
+    stack,
+)
 
 GAMMA = 100.0
 

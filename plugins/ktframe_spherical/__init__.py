@@ -18,14 +18,20 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ktframe import hookimpl
-from ktframe.clustering import reference
-from ktframe.components.embeddings import OneHot
-from ktframe.fast import accelerate
-from ktframe.plugin.manager import registry
-from ktframe.plugin.variant import Variant, exact_tolerance
-from ktframe.transformer.construction import coords, lloyd_family_layer, mean_head, stack
-from ktframe.transformer.model import KMeansTransformer
+from ktframe.plugin import (
+    KMeansTransformer,
+    OneHot,
+    Variant,
+    accelerate,
+    coords,
+    exact_tolerance,
+    hookimpl,
+    lloyd_family_layer,
+    mean_head,
+    reference,
+    registry,
+    stack,
+)
 
 
 class SphereReadout(OneHot):

@@ -17,14 +17,20 @@ import math
 
 import torch
 
-from ktframe import hookimpl
-from ktframe.clustering import reference
-from ktframe.errors import InputError
-from ktframe.fast import accelerate
-from ktframe.plugin.manager import registry
-from ktframe.plugin.variant import Variant, exact_tolerance
-from ktframe.transformer.construction import cluster_head, coords, lloyd_family_layer, stack
-from ktframe.transformer.model import KMeansTransformer
+from ktframe.plugin import (
+    InputError,
+    KMeansTransformer,
+    Variant,
+    accelerate,
+    cluster_head,
+    coords,
+    exact_tolerance,
+    hookimpl,
+    lloyd_family_layer,
+    reference,
+    registry,
+    stack,
+)
 
 TRIM = 0.05
 

@@ -19,16 +19,24 @@ import math
 
 import torch
 
-from ktframe import hookimpl
-from ktframe.clustering import reference
-from ktframe.components.maps import AttentionMap, MapOutput
-from ktframe.components.scores import Score
-from ktframe.fast import accelerate
-from ktframe.plugin.manager import registry
-from ktframe.plugin.variant import Variant, exact_tolerance
-from ktframe.transformer.construction import HeadGroup, coords, fixed_head, lloyd_family_layer, stack
-from ktframe.transformer.model import KMeansTransformer
-from ktframe.transformer.result import ClusteringResult
+from ktframe.plugin import (
+    AttentionMap,
+    ClusteringResult,
+    HeadGroup,
+    KMeansTransformer,
+    MapOutput,
+    Score,
+    Variant,
+    accelerate,
+    coords,
+    exact_tolerance,
+    fixed_head,
+    hookimpl,
+    lloyd_family_layer,
+    reference,
+    registry,
+    stack,
+)
 
 
 class Manhattan(Score):

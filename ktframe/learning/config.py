@@ -22,10 +22,12 @@ import yaml
 from omegaconf import II, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ktframe.clustering.tasks import FAMILIES
-from ktframe.errors import InputError
-from ktframe.plugin.registry import closest
-from ktframe.training.baselines import BASELINES
+from ktframe.clustering.baselines import BASELINES
+from ktframe.core.errors import InputError
+from ktframe.core.names import closest
+from ktframe.core.tasks import FAMILIES
+from ktframe.plugin.build import get_variant
+from ktframe.plugin.variant import check_options
 
 DEFAULT_PRESET = "quick"
 
@@ -272,8 +274,6 @@ def _variant_defaults(cli: dict) -> list[dict]:
     chosen = (cli.get("model") or {}).get("variant") if isinstance(cli.get("model"), dict) else None
     if chosen not in (None, name):
         raise InputError(f"variant={name} and model.variant={chosen} name different variants; give one of them")
-    from ktframe.plugin.variant import get_variant
-
     defaults = OmegaConf.to_container(OmegaConf.create(dict(get_variant(str(name)).training)))
     check_keys(defaults)
     return [{"model": {"variant": name}}, defaults]
@@ -281,8 +281,6 @@ def _variant_defaults(cli: dict) -> list[dict]:
 
 def _check_variant(cfg: DictConfig) -> None:
     """The variant exists and takes the options given, before any training starts."""
-    from ktframe.plugin.variant import check_options, get_variant
-
     check_options(get_variant(cfg.model.variant), dict(cfg.model.options))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ktframe.components.scores import squared_distances
+from ktframe.core.reference import squared_distances
 
 
 def softmin_bound(X: torch.Tensor, C: torch.Tensor, lam: float) -> torch.Tensor:

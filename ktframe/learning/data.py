@@ -10,9 +10,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, TensorDataset, get_worker_info
 
-from ktframe.clustering.tasks import mixture
+from ktframe.core.tasks import mixture
+from ktframe.learning.seeds import TASKS, step_seed
 from ktframe.plugin.manager import registry
-from ktframe.training.seeds import TASKS, step_seed
 
 
 def draw(cfg, batch: int, generator: torch.Generator, *, n: int | None = None, k: int | None = None, family: str | None = None, init: str | None = None):

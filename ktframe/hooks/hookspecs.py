@@ -14,7 +14,7 @@ For every hook:
 - **names**: a non-empty string, unique within its kind across the built-ins and every installed
   plugin (a score and a map may share a name). ``ktframe plugins`` lists them.
 - **clash**: a name that another plugin (or a built-in) already registered in the same kind is a
-  :class:`~ktframe.errors.PluginError` naming both plugins and their distributions; the command
+  :class:`~ktframe.core.errors.PluginError` naming both plugins and their distributions; the command
   stops (exit 2), strict mode or not: uninstall one of them or rename the component.
 - **failure**: a hook that raises (an invalid name or object included) registers nothing of its
   plugin, from any hook; the plugin is reported by name and distribution and the others still

@@ -19,7 +19,7 @@ from typing import Any, Optional
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ktframe.errors import InputError, KtframeError
+from ktframe.core.errors import InputError, KtframeError
 
 EXPECTED = "expected a .ckpt written by ktframe fit"
 

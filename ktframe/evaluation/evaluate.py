@@ -6,7 +6,7 @@ greedy k-means++ + Lloyd. Figure of merit: the mean over tasks of log Σ_i min_j
 every step. Initial centers random data points or k-means++; any n; any distribution family; any
 k the model takes (``eval.ks``: the trained k, or any up to its maximum for a model trained on a
 ``data.k_range``). ``eval.baselines`` adds methods that run to convergence on their own
-(:mod:`ktframe.training.baselines`), reported by their final objective alone. ``eval.lloyd_last=N``
+(:mod:`ktframe.clustering.baselines`), reported by their final objective alone. ``eval.lloyd_last=N``
 adds ``model+lloyd``: the model's first steps, then N of Lloyd's, which the hand-built
 construction takes exactly (its γ = ∞ limit) — the same number of steps in all.
 """
@@ -23,16 +23,16 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from ktframe.clustering import reference
+from ktframe.clustering import baselines
 from ktframe.clustering.datafile import write_atomically
-from ktframe.errors import InputError
+from ktframe.core import reference
+from ktframe.core.errors import InputError
 from ktframe.fast import lloyd as fast
-from ktframe.plugin.variant import get_variant
-from ktframe.training import baselines
-from ktframe.training.checkpoint_io import load_weights, model_weights, read_checkpoint
-from ktframe.training.config import check_keys, merge, parse_overrides, to_dict
-from ktframe.training.data import draw
-from ktframe.training.module import model_from_config
+from ktframe.learning.checkpoint_io import load_weights, model_weights, read_checkpoint
+from ktframe.learning.config import check_keys, merge, parse_overrides, to_dict
+from ktframe.learning.data import draw
+from ktframe.learning.module import model_from_config
+from ktframe.plugin.build import get_variant
 
 METHODS = ("model", "lloyd", "kmeans++", "greedy-kmeans++")
 MODEL_METHODS = ("model", "model+lloyd")  # the checkpoint's; every other method is compared with them (``versus``)
@@ -260,8 +260,8 @@ def _lead(setting: dict[str, Any]) -> str:
 def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None) -> tuple[dict[str, Any], Path]:
     """:func:`evaluate` a checkpoint, writing ``eval.json`` and ``eval.png`` into ``out`` (default:
     the run folder's ``eval/``), and ``eval-by-k.png`` where several k were evaluated
-    (:func:`~ktframe.training.figures.by_k_figure`); the report and the (first) picture's path."""
-    from ktframe.training import figures
+    (:func:`~ktframe.reporting.figures.by_k_figure`); the report and the (first) picture's path."""
+    from ktframe.reporting import figures  # matplotlib: imported once there is a picture to draw
 
     config, model = load_checkpoint(path)
     report = evaluate(model, eval_config(config, list(overrides)))

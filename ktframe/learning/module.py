@@ -8,10 +8,10 @@ import lightning as L
 import torch
 from torchmetrics import MetricCollection
 
-from ktframe.errors import InputError
-from ktframe.plugin.variant import build_model
-from ktframe.training.loss import softmin_bound
-from ktframe.training.metrics import AdjustedRand, KMeansObjective, MeanLogObjective, NormalizedMutualInfo, RatioToLloyd
+from ktframe.core.errors import InputError
+from ktframe.core.loss import softmin_bound
+from ktframe.learning.metrics import AdjustedRand, KMeansObjective, MeanLogObjective, NormalizedMutualInfo, RatioToLloyd
+from ktframe.plugin.build import build_model
 from ktframe.transformer.construction import learnable
 
 # Options of ModelConfig that are the model's own, passed to the variant's builder as given.

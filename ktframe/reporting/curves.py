@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ktframe.errors import InputError
+from ktframe.core.errors import InputError
 
 HISTORY = Path("csv", "metrics.csv")
 LOSS, RATIO = "train/loss", "val/ratio"
@@ -152,7 +152,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     groups = [group for group in _groups(report) if group["training"] and group["training"]["curves"]]
     if not groups:
         return None
-    from ktframe.training.figures import plt  # pyplot on the Agg backend
+    from ktframe.reporting.figures import plt  # pyplot on the Agg backend
 
     line_key, column_key, row_keys = (by[-1] if by else None), (by[-2] if len(by) > 1 else None), by[:-2]
     values = lambda key: sorted(dict.fromkeys(g["setting"][key] for g in groups), key=setting_order) if key else [None]  # noqa: E731

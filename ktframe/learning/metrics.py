@@ -9,7 +9,7 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.functional.clustering import adjusted_rand_score, normalized_mutual_info_score
 
-from ktframe.clustering import reference
+from ktframe.core import reference
 
 
 class _TaskMean(Metric):

@@ -12,9 +12,9 @@ matplotlib.use("Agg")  # files only: no display is needed or assumed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from ktframe.clustering import reference  # noqa: E402
+from ktframe.core import reference  # noqa: E402
 from ktframe.plugin import manager as pluginmanager  # noqa: E402
-from ktframe.plugin.variant import build_model  # noqa: E402
+from ktframe.plugin.build import build_model  # noqa: E402
 
 HEADS = ("point_cross", "point_self", "center_cross", "center_self")
 LABELS = {

@@ -11,12 +11,13 @@ from typing import Any
 
 import torch
 
-from ktframe.clustering import reference
-from ktframe.clustering.reference import random_points
-from ktframe.clustering.tasks import mixture
-from ktframe.errors import InputError
-from ktframe.plugin.variant import Variant, build_model, dtype_name, get_variant, resolve_dtype, setting_json, setting_text
-from ktframe.transformer.validation import check_gamma, check_n_clusters, check_positive_int
+from ktframe.core import reference
+from ktframe.core.errors import InputError
+from ktframe.core.reference import random_points
+from ktframe.core.tasks import mixture
+from ktframe.core.validation import check_gamma, check_n_clusters, check_positive_int
+from ktframe.plugin.build import build_model, get_variant
+from ktframe.plugin.variant import Variant, dtype_name, resolve_dtype, setting_json, setting_text
 
 ONE_HOT_ATOL = 1e-6
 #: The paper's temperature and precision: what a variant that declares no exact setting runs at.

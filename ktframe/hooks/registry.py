@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ktframe.errors import PluginError, UnknownNameError
+from ktframe.core.errors import PluginError, UnknownNameError
+from ktframe.core.names import unknown_name_message
 
 
 @dataclass(frozen=True)
@@ -30,21 +30,6 @@ class Entry:
     name: str
     obj: Any
     provenance: Provenance
-
-
-def closest(name: str, candidates: list[str]) -> str | None:
-    """The candidate most like ``name``, or None when nothing is close."""
-    matches = difflib.get_close_matches(name, candidates, n=1, cutoff=0.5)
-    return matches[0] if matches else None
-
-
-def unknown_name_message(what: str, name: str, valid: list[str]) -> str:
-    """One line: the unknown name, the valid ones and the closest match."""
-    message = f"unknown {what} {name!r}; expected one of: {', '.join(sorted(valid)) or '(none registered)'}"
-    suggestion = closest(name, valid)
-    if suggestion is not None:
-        message += f" (did you mean {suggestion!r}?)"
-    return message
 
 
 class Registry:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from ktframe.transformer.result import ClusteringResult
+from ktframe.core.result import ClusteringResult
 
 # Numbers in one block of a blocked pass (here and on the fast path): a block stays in cache.
 BLOCK_ELEMENTS = 1 << 20
@@ -35,6 +35,13 @@ def sqdist(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
         for c in range(d):
             block.add_((X[:, i : i + step, c, None] - C[:, None, :, c]).square())
     return out
+
+
+def squared_distances(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``‖q_i − k_j‖²`` through one matrix product; clamped at 0 against rounding."""
+    kk = k.pow(2).sum(-1).unsqueeze(-2).expand(q.shape[0], q.shape[1], k.shape[1])
+    out = torch.baddbmm(kk, q, k.transpose(-1, -2), alpha=-2.0)
+    return out.add_(q.pow(2).sum(-1, keepdim=True)).clamp_min_(0.0)
 
 
 def assign(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ktframe.errors import InputError
+from ktframe.core.errors import InputError
 
 
 def as_tensor(data: Any, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:

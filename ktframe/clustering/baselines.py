@@ -16,7 +16,7 @@ from types import ModuleType
 import torch
 from threadpoolctl import threadpool_limits
 
-from ktframe.errors import InputError
+from ktframe.core.errors import InputError
 
 # Which package each module a baseline imports comes from.
 _PACKAGES = {"sklearn.cluster": "scikit-learn", "bkmeans": "bkmeans"}

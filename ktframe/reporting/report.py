@@ -8,7 +8,7 @@ evaluation and no validation metrics. Runs differ by seed; a reader needs the me
 the mean is, so every number comes with its sample standard deviation and a 95 % Student-t
 interval (there are usually only a handful of runs, too few for a normal interval). The paired
 differences that each evaluation reports (``versus``: the model against every baseline, task by
-task) are pooled over runs and sets of tasks by :mod:`ktframe.training.paired`.
+task) are pooled over runs and sets of tasks by :mod:`ktframe.reporting.paired`.
 
 A value that is not a finite number (a diverged run's NaN) counts as missing: it is left out of
 the mean, and ``n`` / ``runs`` say how many values were used. Runs whose evaluation of one
@@ -29,9 +29,9 @@ import numpy as np
 from scipy import special
 
 from ktframe.clustering.datafile import write_atomically
-from ktframe.errors import InputError
-from ktframe.training import curves as training_curves
-from ktframe.training import paired
+from ktframe.core.errors import InputError
+from ktframe.reporting import curves as training_curves
+from ktframe.reporting import paired
 
 SUMMARY = "summary.json"
 CONFIG = "config.yaml"
@@ -376,7 +376,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     written with the others, after everything has been computed."""
     if not report["eval"]:
         return None
-    from ktframe.training.figures import LABELS, plt  # pyplot on the Agg backend; imported here, so that bad input is answered without waiting for it
+    from ktframe.reporting.figures import LABELS, plt  # pyplot on the Agg backend; imported here, so that bad input is answered without waiting for it
 
     settings = list(dict.fromkeys((row["init"], row["n"], row["k"]) for row in report["eval"]))
     cols = min(3, len(settings))

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from numba import njit, prange
 
-from ktframe import switches
+from ktframe.core import switches
 
 OFF_ENV = "KTFRAME_NO_KERNELS"
 _KERNEL_DTYPES = (torch.float32, torch.float64)

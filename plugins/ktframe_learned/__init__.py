@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import math
 
-from ktframe.components.embeddings import SlotIndex
-from ktframe.errors import InputError
-from ktframe.fast import accelerate
-from ktframe.plugin.hookspecs import RegisterVariant, hookimpl
-from ktframe.plugin.variant import Tolerance, Variant
-from ktframe.transformer.model import AttentionHead, KMeansTransformer, Layer, Linear
+from ktframe.plugin import (
+    AttentionHead,
+    InputError,
+    KMeansTransformer,
+    Layer,
+    Linear,
+    RegisterVariant,
+    SlotIndex,
+    Tolerance,
+    Variant,
+    accelerate,
+    hookimpl,
+    registry,
+)
 
 
 def build(
@@ -40,7 +48,6 @@ def build(
     ``any_k``: one model for every number of clusters from 1 to ``k``, its center tokens
     :class:`~ktframe.components.embeddings.SlotIndex` (one-hot slots drawn per task while
     training, and the task's k as a coordinate); it extends the one-hot embedding."""
-    from ktframe.plugin.manager import registry
 
     reg = registry()
     if any_k and embedding != "onehot":

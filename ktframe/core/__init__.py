@@ -1,0 +1,1 @@
+"""The ground floor: errors, switches, the reference mathematics, results, validation, synthetic tasks, file output."""

@@ -1,0 +1,1 @@
+"""The paper's evaluation protocol, run on a checkpoint."""

@@ -1,0 +1,1 @@
+"""The plugin hooks (pluggy markers and specifications) and the registry they fill."""

@@ -1,0 +1,1 @@
+"""Reports over runs: tables, paired differences, training curves and figures."""
