@@ -94,6 +94,48 @@ BROKEN_IMPORT = Distribution(
     """,
 )
 
+# exit() at import: a failure like any other, not the end of the command that loads it.
+EXITS_AT_IMPORT = Distribution(
+    name="ktframe-exits-at-import",
+    version="0.0.5",
+    module="ktframe_test_exits_at_import",
+    entry_points={"exits-at-import": "ktframe_test_exits_at_import"},
+    source="""
+        import sys
+
+        sys.exit(3)
+    """,
+)
+
+# exit() in a hook: likewise a failure of that plugin alone.
+EXITS_IN_HOOK = Distribution(
+    name="ktframe-exits-in-hook",
+    version="0.0.7",
+    module="ktframe_test_exits_in_hook",
+    entry_points={"exits-in-hook": "ktframe_test_exits_in_hook"},
+    source="""
+        import sys
+
+        from ktframe import hookimpl
+
+
+        @hookimpl
+        def ktframe_register_scores(register):
+            sys.exit("ktframe-exits-in-hook has had enough")
+    """,
+)
+
+# Ctrl-C while it is imported: that stops the command.
+INTERRUPTED_IMPORT = Distribution(
+    name="ktframe-interrupted-import",
+    version="0.0.6",
+    module="ktframe_test_interrupted_import",
+    entry_points={"interrupted-import": "ktframe_test_interrupted_import"},
+    source="""
+        raise KeyboardInterrupt
+    """,
+)
+
 # Registers a score (its score hook returns normally), then a variant, then raises: neither may
 # survive, or the registry would hold half a plugin.
 BROKEN_HOOK = Distribution(
@@ -215,7 +257,7 @@ BAD_SIGNATURE = Distribution(
     """,
 )
 
-ALL = (GOOD, BROKEN_IMPORT, BROKEN_HOOK, CLASH, SHADOW, SAME_NAME, TYPO, BAD_SIGNATURE)
+ALL = (GOOD, BROKEN_IMPORT, EXITS_AT_IMPORT, EXITS_IN_HOOK, INTERRUPTED_IMPORT, BROKEN_HOOK, CLASH, SHADOW, SAME_NAME, TYPO, BAD_SIGNATURE)
 
 
 def write(dist: Distribution, root: Path) -> Path:

@@ -17,7 +17,21 @@ from pathlib import Path
 import distributions as dists
 import pytest
 import torch
-from distributions import BAD_SIGNATURE, BROKEN_HOOK, BROKEN_IMPORT, CLASH, GOOD, SAME_NAME, SHADOW, TYPO, Distribution, Run
+from distributions import (
+    BAD_SIGNATURE,
+    BROKEN_HOOK,
+    BROKEN_IMPORT,
+    CLASH,
+    EXITS_AT_IMPORT,
+    EXITS_IN_HOOK,
+    GOOD,
+    INTERRUPTED_IMPORT,
+    SAME_NAME,
+    SHADOW,
+    TYPO,
+    Distribution,
+    Run,
+)
 
 from ktframe.cli.main import main
 from ktframe.components.scores import Euclidean
@@ -50,6 +64,9 @@ SCENARIOS = {
     "unknown-variant": Scenario((*VERIFY, "--variant", "good-loyd"), (GOOD,), strict=True),
     "broken": Scenario(PLUGINS, (GOOD, BROKEN_IMPORT, BROKEN_HOOK), strict=False),
     "broken-strict": Scenario(PLUGINS, (GOOD, BROKEN_IMPORT), strict=True),
+    "exits": Scenario(PLUGINS, (GOOD, EXITS_AT_IMPORT), strict=False),
+    "exits-verify": Scenario((*VERIFY, "--variant", "good-lloyd"), (GOOD, EXITS_AT_IMPORT), strict=False),
+    "exits-strict": Scenario(PLUGINS, (GOOD, EXITS_AT_IMPORT), strict=True),
     "clash": Scenario(PLUGINS, (GOOD, CLASH), strict=False),
     "typo": Scenario(PLUGINS, (GOOD, TYPO), strict=False),
     "disable-all": Scenario(PLUGINS, (GOOD, BROKEN_IMPORT), strict=True, disable="1"),
@@ -271,6 +288,40 @@ def test_strict_mode_makes_an_import_failure_an_error(cli):
     assert "plugin 'broken-import' from distribution ktframe-broken-import failed at import" in line
     assert "RuntimeError: ktframe-broken-import refuses to be imported" in line
     assert "KTFRAME_STRICT_PLUGINS" in line
+
+
+def test_a_plugin_that_exits_at_import_is_reported_and_every_command_goes_on(cli):
+    for run in (cli["exits"], cli["exits-verify"]):
+        assert run.returncode == 0, run
+        assert "Traceback" not in run.stderr, run
+        warned = [line for line in run.stderr.splitlines() if "PluginLoadWarning" in line]
+        assert len(warned) == 1 and "'exits-at-import' from distribution ktframe-exits-at-import failed at import: SystemExit: 3" in warned[0], run
+    info = cli["exits"].json()
+    assert info["failures"] == [{"plugin": "exits-at-import", "distribution": "ktframe-exits-at-import", "stage": "import", "error": "SystemExit: 3"}]
+    assert plugin_names(info) == [*BUILTIN_PLUGINS, "good", *FIRST_PARTY]
+    assert cli["exits-verify"].json()["passed"] is True
+
+
+def test_strict_mode_makes_an_exit_at_import_an_error(cli):
+    line = assert_one_line_error(cli["exits-strict"], "plugins")
+    assert "plugin 'exits-at-import' from distribution ktframe-exits-at-import failed at import: SystemExit: 3 (KTFRAME_STRICT_PLUGINS is set)" in line
+
+
+def test_a_hook_that_exits_is_reported_and_leaves_nothing(installed):
+    installed(GOOD, EXITS_IN_HOOK, strict=False)
+    with pytest.warns(PluginLoadWarning) as warned:
+        state = pluginmanager.load()
+    assert [str(w.message) for w in warned] == [
+        "plugin 'exits-in-hook' from distribution ktframe-exits-in-hook failed at ktframe_register_scores: SystemExit: ktframe-exits-in-hook has had enough"
+    ]
+    assert all(entry.provenance.plugin != "exits-in-hook" for entry in state.registry)
+    assert ("variant", "good-lloyd") in {(entry.kind, entry.name) for entry in state.registry}
+
+
+def test_ctrl_c_while_a_plugin_is_imported_stops_the_load(installed):
+    installed(GOOD, INTERRUPTED_IMPORT, strict=False)
+    with pytest.raises(KeyboardInterrupt):
+        pluginmanager.load()
 
 
 def test_strict_mode_makes_a_hook_failure_an_error(installed):

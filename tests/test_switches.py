@@ -47,7 +47,7 @@ PROBE = """
 import json, torch
 from ktframe.kernels import cpu as kernels
 from ktframe.plugin import manager as pluginmanager
-print(json.dumps({"kernels": kernels.usable(torch.zeros(3)), "variants": pluginmanager.registry().names("variant")}))
+print(json.dumps({"kernels": kernels.usable(torch.zeros(3)), "variants": pluginmanager.registry().names("variant"), "disabled": pluginmanager.disabled()}))
 """
 
 
@@ -64,11 +64,13 @@ def probe(value: str) -> dict:
 def test_off_values_leave_kernels_and_plugins_on(value):
     seen = probe(value)
     assert seen["kernels"] is True  # KTFRAME_NO_KERNELS=false used to turn the kernels off
-    assert "lloyd" in seen["variants"]
+    assert "lloyd" in seen["variants"] and seen["disabled"] == ""
 
 
 @pytest.mark.parametrize("value", ON)
 def test_on_values_turn_kernels_and_plugins_off(value):
     seen = probe(value)
     assert seen["kernels"] is False
-    assert seen["variants"] == ["learned"]  # the built-in variant alone
+    # Every other distribution's plugins are off; ktframe's own variants are not installed plugins.
+    assert seen["disabled"].startswith("plugins of other distributions than ktframe are disabled"), seen["disabled"]
+    assert "lloyd" in seen["variants"] and "learned" in seen["variants"]

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit, prange, types
+from numba import prange, types
+
+from ktframe.kernels.jit import kernel
 
 # The C library's strtod, linked by name (a cached kernel finds it again when it is loaded).
 # It takes the text's address and that of a pointer it sets to the end of the number.
@@ -53,7 +55,7 @@ def parse(data: np.ndarray, start: int, dtype: np.dtype) -> np.ndarray | None:
     return out[~blank] if blank.any() else out
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _line_ends(data, start, end, workers):
     # The offsets of the line feeds in data[start:end], in order: each worker counts them in its
     # share of the bytes, then writes theirs where the counts before it say.
@@ -75,7 +77,7 @@ def _line_ends(data, start, end, workers):
     return ends
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _blank(data, first, past):
     for i in range(first, past):
         c = data[i]
@@ -84,7 +86,7 @@ def _blank(data, first, past):
     return True
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _width(data, firsts, pasts):
     # The number of fields of the first line that is not blank; 0 where there is none.
     for r in range(firsts.size):
@@ -96,21 +98,21 @@ def _width(data, firsts, pasts):
     return 0
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _blanks(data, i, past):
     while i < past and (data[i] == _SPACE or data[i] == _TAB):
         i += 1
     return i
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _digits(data, i, past):
     while i < past and _ZERO <= data[i] <= _NINE:
         i += 1
     return i
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _number(data, i, past, powers, end):
     # The decimal number in data from i (after spaces or tabs) up to a comma or past: (its
     # value, where it stops, whether it is one). end: strtod's end pointer (scratch).
@@ -173,7 +175,7 @@ def _number(data, i, past, powers, end):
     return value, i, end[0] == address + np.uint64(stop)  # else strtod read it otherwise (another locale's decimal point)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _parse_rows(data, firsts, pasts, out, blank, powers, workers):
     # out[r] = the numbers of line r, or blank[r] = True for a line of nothing but spaces, tabs
     # and carriage returns; the number of other lines that do not hold exactly out's width of

@@ -12,11 +12,11 @@ import math
 
 import numpy as np
 import torch
-from numba import njit, prange
 
 from ktframe.core.reference import BLOCK_ELEMENTS
 from ktframe.fast import memory
 from ktframe.kernels import cpu as kernels
+from ktframe.kernels.jit import kernel, prange
 
 # Points a kernel worker adds up at a time: the potentials' partial sums, added in block order.
 SUM_BLOCK = 4096
@@ -62,7 +62,7 @@ def _take(D: torch.Tensor, best: torch.Tensor, sq_norms: torch.Tensor, chosen: t
     return closest
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _settle_column(D, best, sq_norms, chosen, scale, closest):
     B, n = closest.shape
     for at in prange(B * n):
@@ -86,7 +86,7 @@ def _squared_norms(X: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _row_squares(X, out):
     B, n, d = X.shape
     for at in prange(B * n):
@@ -112,7 +112,7 @@ def _potentials(D: torch.Tensor, cand_norms: torch.Tensor, closest: torch.Tensor
     return torch.from_numpy(partial.sum(axis=1))
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _fold(D, cand_norms, closest, partial, block):
     B, n, t = D.shape
     blocks = partial.shape[1]

@@ -33,14 +33,14 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from types import ModuleType
 from typing import NamedTuple
 
-import numba
 import numpy as np
 import torch
-from numba import njit, prange
 
 from ktframe.core import switches
+from ktframe.kernels.jit import kernel, load_numba, prange
 
 OFF_ENV = "KTFRAME_NO_KERNELS"
 _KERNEL_DTYPES = (torch.float32, torch.float64)
@@ -70,20 +70,22 @@ SERIAL_WORK = 1 << 16
 
 
 @functools.cache
-def _start_pool() -> None:
-    # numba's OpenMP layer sets the thread count of the process's OpenMP runtime, which PyTorch
-    # shares, when its pool starts: PyTorch's is put back, so that a kernel never changes how
-    # many threads the host's PyTorch uses.
+def _start_pool() -> ModuleType:
+    # numba, its pool started. numba's OpenMP layer sets the thread count of the process's OpenMP
+    # runtime, which PyTorch shares, when its pool starts: PyTorch's is put back, so that a kernel
+    # never changes how many threads the host's PyTorch uses.
+    numba = load_numba()
     budget = torch.get_num_threads()
     numba.get_num_threads()
     torch.set_num_threads(budget)
+    return numba
 
 
 def _thread_count(work: int) -> int:
     """How many threads a kernel of ``work`` runs on: as many as PyTorch uses (the process's
     budget: ``torch.set_num_threads``, ``OMP_NUM_THREADS``; a multirun's ``--jobs`` share the
     cores by it), at most numba's pool, and one for less than ``SERIAL_WORK``."""
-    _start_pool()
+    numba = _start_pool()
     return 1 if work < SERIAL_WORK else max(1, min(numba.config.NUMBA_NUM_THREADS, torch.get_num_threads()))
 
 
@@ -91,6 +93,7 @@ def _thread_count(work: int) -> int:
 def _using(threads: int) -> Iterator[None]:
     """The numba kernels called inside run on ``threads`` threads (numba's setting is the calling
     thread's own)."""
+    numba = load_numba()
     previous = numba.get_num_threads()
     if previous == threads:  # most calls: each set costs microseconds, a few dozen of them per fit
         yield
@@ -105,7 +108,7 @@ def _using(threads: int) -> Iterator[None]:
 # --- arg-max ----------------------------------------------------------------------------------
 
 
-@njit(fastmath={"nnan", "nsz"}, cache=True, nogil=True)
+@kernel(fastmath={"nnan", "nsz"}, nogil=True)
 def _row_max(row):
     # The maximum of numbers is the same in any order, which these flags allow; NaNs are caught
     # by the caller's count pass.
@@ -115,7 +118,7 @@ def _row_max(row):
     return best
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _maxima(row):
     # (sum of the columns of the maximal entries, their number; a row holding a NaN: count 0).
     floor = _row_max(row)
@@ -130,7 +133,7 @@ def _maxima(row):
     return columns, 0 if nans else hits
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _argmax_rows(logits, index, count):
     for r in prange(logits.shape[0]):
         index[r], count[r] = _maxima(logits[r])
@@ -151,7 +154,7 @@ def argmax_count(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 # The helpers that take shared arrays are inlined: a call (or a view) counts references to
 # them, atomically, from every thread at once, and costs more than the helper's work.
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _slack(squares, reach, bounds):
     # How far apart two logits a (q·k) + b ‖k‖² of one query must be for every rounding of them
     # (the kernel's, PyTorch's) to order them alike, or inf where a logit might overflow (or is
@@ -165,7 +168,7 @@ def _slack(squares, reach, bounds):
     return bounds[0] * size if size < bounds[2] else np.inf
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _decide(logits, rows, squares, reach, bounds, best, floor, margin, hits, columns):
     # For the key-major logits (n, ≥ rows) of a tile's queries: margin[i], the query's _slack;
     # hits[i], 1 where its best key wins by more than that (every other logit falls below
@@ -201,7 +204,7 @@ def _decide(logits, rows, squares, reach, bounds, best, floor, margin, hits, col
         hits[i] = alone if margin[i] < np.inf else np.int32(0)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _exact_winner(query, keys_t, exact):
     # A near tie of float32 logits, settled in float64: exact = (a, b, 4 (d + 3) u₆₄, on). Each
     # product of two float32 numbers is exact in float64, so a logit summed in float64 is within
@@ -230,7 +233,7 @@ def _exact_winner(query, keys_t, exact):
     return column if best - runner > exact[2] * (np.sqrt(scale * reach) + abs(b) * reach) else -1
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
     # What follows for the queries lo, ..., lo + rows - 1 of task b: index[b, i] is the key that
     # query i wins outright, or −1 (no clear winner). For a winner j: the query's value row is
@@ -281,7 +284,7 @@ def _settle(b, lo, rows, hits, columns, index, segments, tally, write, part):
     return undecided
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _share(worker, workers, total):
     # The items of slot `worker` among `workers`: a contiguous run of the `total`, so that
     # neighbouring items, whose outputs (a task's sums, its `moved` flag) may share a cache
@@ -291,7 +294,7 @@ def _share(worker, workers, total):
     return range(worker * per, min(total, (worker + 1) * per))
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _tile(t, chunks, chunk, m):
     # Tile number t, of `chunks` tiles per task: its task, first query and number of queries.
     b = t // chunks
@@ -299,7 +302,7 @@ def _tile(t, chunks, chunk, m):
     return b, lo, min(m, lo + chunk) - lo
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, tally, write):
     # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
     # the scores are summed here, a tile of `chunk` queries at a time, key by key across the
@@ -328,13 +331,13 @@ def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, t
     return undecided.sum()
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _decide_scratch(chunk, dtype):
     # _decide's scratch for a tile of `chunk` queries: (best, floor).
     return np.empty(chunk, dtype), np.empty(chunk)
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _tile_scratch(chunk, d, n, dtype):
     # A slot's scratch space for _direct_tile: (the key biases, the tile's queries times a
     # (coordinate-major), their logits (key-major), _decide's scratch, their squared norms,
@@ -343,7 +346,7 @@ def _tile_scratch(chunk, d, n, dtype):
     return f(n, dtype), f((d, chunk), dtype), f((n, chunk), dtype), _decide_scratch(chunk, dtype), f(chunk), f(chunk), f(chunk, np.int32), f(chunk, np.int32)
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, logits, scratch, squares, margin, hits, columns):
     # The verdict (hits, columns: see _decide) on the queries lo, ..., lo + rows − 1 of task b,
     # with scores summed here, key by key across the tile's queries, in the scratch space of
@@ -372,7 +375,7 @@ def _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, lo
             hits[i] = 1 if columns[i] >= 0 else hits[i]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, skip, chunk, workers, tally, write):
     # A tile of `chunk` queries against all keys per step, through a BLAS product (np.dot), and
     # reduced while it is in cache: the logits of a whole block, as PyTorch would build them, go
@@ -418,7 +421,7 @@ def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, sk
     return undecided.sum()
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _task_key_terms(keys, t, b, bias):
     # Task t's key biases b ‖k‖² into bias (in the keys' type, as the logits add it), and its
     # largest key norm (for the rounding bound) returned.
@@ -433,7 +436,7 @@ def _task_key_terms(keys, t, b, bias):
     return np.sqrt(top)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _key_terms(keys, b):
     # Every task's key terms (_task_key_terms), one pass where PyTorch would take five.
     B, n, d = keys.shape
@@ -610,7 +613,7 @@ def argmax_dot(
 # --- key sums over sparse keys ----------------------------------------------------------------
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _sparse_key_sums(keys, key_strides, values, value_strides, B, R, e, f, kv, mass, budget):
     # keys[b, r, j] is keys[b * key_strides[0] + r * key_strides[1] + j] (likewise the values):
     # flat unit-stride rows, which LLVM vectorises where a strided 3-D view is not. Each task's
@@ -691,7 +694,7 @@ def add_sparse_key_sums(k: torch.Tensor, v: torch.Tensor, kv: torch.Tensor, mass
 # --- linear attention over keys summed by cluster ---------------------------------------------
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _cluster_attention(q, keys, sums, sizes, own, out, skip, workers):
     # Per task: kv = Σ_r keys_r sums_rᵀ and mass = Σ_r keys_r sizes_r, summed as the batched
     # product sums them (over r, in order); then each query's q·kv / q·mass. Zero weights are
@@ -710,7 +713,7 @@ def _cluster_attention(q, keys, sums, sizes, own, out, skip, workers):
                 _attend_clusters(q, keys, sums, sizes, own, out, b, kv, mass, numerator)
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _attend_clusters(q, keys, sums, sizes, own, out, b, kv, mass, numerator):
     # _cluster_attention of task b, in the scratch space kv (e, f), mass (e) and numerator (f).
     m, e = q.shape[1], q.shape[2]
@@ -759,7 +762,7 @@ def cluster_attention(
 # --- every step of a hard-assignment layer, task by task -------------------------------------
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _record(read, b, trajectory, first, last):
     # trajectory[b, t] = read[b] for t = first, ..., last − 1: task b's centers after step t.
     for t in range(first, last):
@@ -768,7 +771,7 @@ def _record(read, b, trajectory, first, last):
                 trajectory[b, t, j, c] = read[b, j, c]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _hard_steps(q, keys, a, bk, bounds, exact, index, tally, write, update, trajectory, state, steps, workers):
     # hard_steps: each task on its own, step after step, in one tile of _direct_tile; each of
     # `workers` slots takes a run of tasks (_share), with scratch space of its own.
@@ -865,7 +868,7 @@ def hard_steps(
 # --- gathering value rows ---------------------------------------------------------------------
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _gather_rows(table, table_strides, index, out, out_strides, B, m, e):
     u = np.uint64
     for t in prange(B * m):
@@ -903,7 +906,7 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> 
 INERTIA_ROWS = 4096
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, nogil=True)
 def _inertia(X, C, labels, totals, chunks, workers):
     # totals[slot, b] = Σ ‖X[b, i] − C[b, labels[b, i]]‖² over the rows of task b in the slot's
     # run of (task, block of INERTIA_ROWS rows) items, in float64. A slot's partial sums are its
@@ -939,13 +942,13 @@ def inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> torch.Ten
 # --- which tasks changed ----------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _tasks_changed(a, b, changed):
     for t in range(a.shape[0]):
         changed[t] = _differs(a, t, b, t)
 
 
-@njit(inline="always", cache=True, nogil=True)
+@kernel(inline="always", nogil=True)
 def _differs(a, s, b, t):
     # Whether task s of a and task t of b, (m, e) each, differ in any number (a NaN is a
     # change), read up to the first difference.

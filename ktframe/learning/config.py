@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from ktframe.clustering.baselines import BASELINES
 from ktframe.core.errors import InputError
 from ktframe.core.names import closest
-from ktframe.core.tasks import FAMILIES
+from ktframe.core.tasks import FAMILIES, TaskDistribution, TaskError
 from ktframe.plugin.build import get_variant
 from ktframe.plugin.variant import check_options
 
@@ -53,6 +53,32 @@ class DataConfig:
     num_workers: int = key(0, "dataloader workers drawing training tasks")
     k_range: Optional[list] = key(None, "[lo, hi]: each training step draws its tasks' k from lo..hi, the model built for any k up to hi; null: data.k")
     n_range: Optional[list] = key(None, "[lo, hi]: each training step draws its tasks' n from lo..hi; null: data.n")
+    # The switches of the general task distribution (ktframe.core.tasks.TaskDistribution):
+    # each off by default, so that the paper's tasks are drawn as they always were.
+    families: Optional[list] = key(None, "each task's noise family drawn from this list (e.g. [gaussian, laplace, student-t]); null: data.family")
+    std_range: Optional[list] = key(None, "[lo, hi]: each task's noise scale drawn log-uniformly from lo..hi; null: data.std")
+    weight_concentration: Optional[list] = key(
+        None,
+        "[lo, hi]: unequal component weights from a symmetric Dirichlet, its concentration drawn log-uniformly per task (1: uniform, smaller: more unequal); null: equal",
+    )
+    component_scale: Optional[list] = key(None, "[lo, hi]: each component's noise scale times a factor drawn log-uniformly from lo..hi; null: 1")
+    axis_scale: Optional[list] = key(
+        None, "[lo, hi]: each component stretched along each axis by a factor drawn log-uniformly from lo..hi (anisotropic); null: isotropic"
+    )
+    rotate: bool = key(False, "each component's noise turned by a random rotation of its own (correlated coordinates)")
+    dim_scale: Optional[list] = key(
+        None, "[lo, hi]: each coordinate of a task stretched by a factor drawn log-uniformly before scaling (minmax scaling undoes it); null: 1"
+    )
+    subspace: Optional[list] = key(
+        None, "[lo, hi]: each task's data in its first d' coordinates, d' drawn from lo..hi, the others 0 (as narrower data zero-padded); null: all d"
+    )
+    outliers: Optional[list] = key(
+        None, "[lo, hi]: a fraction drawn from lo..hi of each task's points moved uniformly into the task's bounding box; null: none"
+    )
+    scaling: str = key(
+        "minmax",
+        "each task scaled per coordinate to [0, 1] (minmax, the paper's) or by one factor to a largest coordinate span of 1 (isotropic, as real data is fed)",
+    )
 
 
 @dataclass
@@ -352,6 +378,10 @@ def check_values(cfg: DictConfig) -> None:
         raise _value_error("eval.baselines", list(cfg.eval.baselines), "a list of baseline names, each one of " + ", ".join(BASELINES))
     for name in ("k_range", "n_range"):
         _check_range(cfg, name)
+    try:
+        TaskDistribution.of(cfg.data).check(cfg.data.d)
+    except TaskError as exc:
+        raise _value_error(f"data.{exc.name}", exc.value, exc.expected) from None
 
 
 def _check_range(cfg: DictConfig, name: str) -> None:

@@ -4,21 +4,30 @@ ranks without padding."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import lightning as L
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, TensorDataset, get_worker_info
 
-from ktframe.core.tasks import mixture
+from ktframe.core.tasks import TaskDistribution
 from ktframe.learning.seeds import TASKS, step_seed
 from ktframe.plugin.manager import registry
+
+
+def distribution(cfg, family: str | None = None) -> TaskDistribution:
+    """The tasks the data config ``cfg`` describes (its family, std and the switches of the general
+    distribution). ``family``, where it is not the config's own ``data.family``, replaces the
+    family of every task (``data.families`` included): an evaluation on another family."""
+    tasks = TaskDistribution.of(cfg)
+    return tasks if family is None or family == cfg.family else dataclasses.replace(tasks, family=family, families=None)
 
 
 def draw(cfg, batch: int, generator: torch.Generator, *, n: int | None = None, k: int | None = None, family: str | None = None, init: str | None = None):
     """``(X, C0, labels)`` for ``batch`` tasks of the data config ``cfg``."""
     k = k or cfg.k
-    X, labels = mixture(batch, n or cfg.n, cfg.d, k, family=family or cfg.family, std=cfg.std, generator=generator)
+    X, labels = distribution(cfg, family).draw(batch, n or cfg.n, cfg.d, k, generator=generator)
     C0 = registry().get("initializer", init or cfg.init)(X, k, generator)
     return X, C0, labels
 

@@ -2,7 +2,9 @@
 
 Built-in components are ordinary plugin modules registered first (as pytest does with its own
 plugins); everything else comes from the ``ktframe`` entry-point group, loaded one entry point at a
-time so that one broken plugin is reported while the others still load.
+time so that one broken plugin is reported while the others still load. Whatever a plugin raises
+as it is imported, registered or called, an ``exit()`` (SystemExit) included, is such a failure;
+only Ctrl-C (KeyboardInterrupt) goes through.
 
 Environment:
 - ``KTFRAME_STRICT_PLUGINS=1``: a plugin that fails to load or register is an error, not a warning.
@@ -98,7 +100,8 @@ def disabled() -> str:
 
 
 def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}".splitlines()[0] if text else type(exc).__name__
 
 
 def _fail(failures: list[PluginFailure], failure: PluginFailure) -> None:
@@ -115,7 +118,9 @@ def _register(pm: pluggy.PluginManager, plugin: Any, provenance: Provenance, fai
         # A hookimpl whose signature does not match its spec: always an error, like pytest. pluggy's
         # message spans lines; the CLI prints errors on one.
         raise PluginError(f"{provenance} has an invalid hook: {'; '.join(str(exc).splitlines())}") from None
-    except Exception as exc:  # noqa: BLE001 - any failure of a foreign plugin is reported, not fatal
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - any failure of a foreign plugin is reported, not fatal (see _load_entry_points)
         if pm.get_plugin(provenance.plugin) is not None:  # pluggy names a plugin before it fails
             pm.unregister(name=provenance.plugin)
         _fail(failures, PluginFailure(provenance.plugin, provenance.distribution, "register", _error_text(exc)))
@@ -137,7 +142,11 @@ def _load_entry_points(pm: pluggy.PluginManager, provenances: dict[str, Provenan
             raise PluginError(f"two plugins are named {ep.name!r}: {other} and {provenance}; uninstall one of them")
         try:
             plugin = ep.load()
-        except Exception as exc:  # noqa: BLE001
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            # SystemExit too: a plugin that calls exit() as it is imported would otherwise end
+            # every command, silently, with its code.
             _fail(failures, PluginFailure(ep.name, provenance.distribution, "import", _error_text(exc)))
             continue
         if _register(pm, plugin, provenance, failures):
@@ -203,7 +212,9 @@ def _fill_registry(pm: pluggy.PluginManager, provenances: dict[str, Provenance],
                     if impl.plugin_name != plugin_name:
                         continue
                     impl.function(register=registrar(kind, provenance, staged))
-        except Exception as exc:  # noqa: BLE001 - a plugin's own bug, invalid names included, is reported
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a plugin's own bug, invalid names or an exit() included, is reported
             _fail(failures, PluginFailure(plugin_name, provenance.distribution, hook_name, _error_text(exc)))
             pm.unregister(name=plugin_name)  # so that state.manager, like the registry, holds none of it
             continue

@@ -1,0 +1,108 @@
+"""numba kernels compiled on first use, and cached in a folder of the user's.
+
+A function decorated with :func:`kernel` stays a plain Python function until some kernel is first
+called: importing a module of kernels imports no numba, compiles nothing and reads or writes no
+file. That first call imports numba and turns every kernel declared so far into a numba
+dispatcher, bound in its module in place of the declaration (and each module's :data:`prange` in
+place of numba's), so that a kernel that calls another, or inlines it (``inline="always"``), finds
+a dispatcher there, as numba requires. numba itself is configured by nothing here.
+
+Compiled kernels are cached under ``numba/`` in the first of ``$KTFRAME_CACHE_DIR``,
+``$XDG_CACHE_HOME/ktframe`` and ``~/.cache/ktframe`` that is set, decided at that first call; never
+beside the installed sources, which may be read-only or shared. Where that folder cannot be made
+or written, the kernels compile in memory, in every process anew; a cache file that cannot be read
+or written is likewise compiled instead (:mod:`ktframe.kernels.cache`).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+
+class _NumbaName:
+    """A module's name for one of numba's objects (``prange``), bound to numba's own when the
+    module's kernels are compiled; until then it is ``range``, as numba's is to Python."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: int) -> range:
+        return range(*args)
+
+
+prange = _NumbaName("prange")
+
+
+class Kernel:
+    """A kernel not yet compiled: :attr:`py_func` and the options for ``numba.njit``. Calling it
+    compiles every pending kernel (:func:`compile_pending`), then calls its dispatcher."""
+
+    def __init__(self, py_func: Callable, options: dict[str, Any]) -> None:
+        self.py_func = py_func
+        self.options = options
+        self.dispatcher: Callable | None = None
+        functools.update_wrapper(self, py_func)
+
+    def __call__(self, *args: Any) -> Any:
+        if self.dispatcher is None:
+            compile_pending()
+        return self.dispatcher(*args)
+
+
+_pending: list[Kernel] = []
+_lock = threading.Lock()
+
+
+def kernel(**options: Any) -> Callable[[Callable], Kernel]:
+    """Declare a numba kernel: ``@kernel(parallel=True, nogil=True)`` is ``@numba.njit(...)``
+    compiled on first use and cached as the module says (``cache=`` is decided here)."""
+    if "cache" in options:
+        raise TypeError("kernel() decides caching itself; drop cache=")
+
+    def declare(py_func: Callable) -> Kernel:
+        declared = Kernel(py_func, options)
+        with _lock:
+            _pending.append(declared)
+        return declared
+
+    return declare
+
+
+@functools.cache
+def load_numba() -> ModuleType:
+    """numba, imported on first use."""
+    import numba
+
+    return numba
+
+
+def compile_pending() -> None:
+    """Turn every kernel declared so far into a numba dispatcher, bound in its module."""
+    with _lock:
+        if not _pending:
+            return
+        numba = load_numba()
+        from ktframe.kernels.cache import KernelCache, cache_folder  # with numba, which it imports
+
+        caching = cache_folder() is not None
+        dispatchers = []
+        for declared in _pending:
+            dispatcher = numba.njit(**declared.options)(declared.py_func)
+            if caching and hasattr(dispatcher, "enable_caching"):  # not with NUMBA_DISABLE_JIT
+                dispatcher._cache = KernelCache(declared.py_func)  # what enable_caching() does, in ktframe's folder
+            dispatchers.append(dispatcher)
+        for declared, dispatcher in zip(_pending, dispatchers):
+            namespace = declared.py_func.__globals__
+            if namespace.get(declared.__name__) is declared:
+                namespace[declared.__name__] = dispatcher
+            for name, value in list(namespace.items()):
+                if isinstance(value, _NumbaName):
+                    namespace[name] = getattr(numba, value.name)
+        # Only now, with every module's names bound, may a caller skip compile_pending().
+        for declared, dispatcher in zip(_pending, dispatchers):
+            declared.dispatcher = dispatcher
+        _pending.clear()
