@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import codecs
 import csv
+import math
 import os
+import stat
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
+import torch
 
 from ktframe.clustering import numeric_csv
 from ktframe.errors import InputError
+from ktframe.transformer.validation import check_magnitude, peak_magnitude
 
 SUFFIXES = (".csv", ".npy")
 
@@ -22,28 +27,41 @@ def load_points(path: str | os.PathLike, dtype: np.dtype | type | str | None = N
     """Points ``(n, d)`` from a CSV file (one row a point, an optional header row) or a ``.npy``.
 
     ``dtype``: that of the result (``float32`` or ``float64``); by default a ``float32`` ``.npy``
-    stays ``float32`` and everything else is ``float64``."""
+    stays ``float32`` and everything else is ``float64``. Refused, with one line: a folder, a file
+    that is missing, unreadable or too large for the memory, one that is not numbers, and points
+    whose squared distances overflow the dtype."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; expected a .csv or .npy file")
     if path.suffix.lower() not in SUFFIXES:
         raise InputError(f"{path}: unsupported file type {path.suffix or '(none)'!r}; expected a .csv or .npy file")
     if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    points = _load_npy(path, dtype) if path.suffix.lower() == ".npy" else _load_csv(path, np.dtype(dtype or np.float64))
+        raise InputError(f"{path}: no such file" if not path.exists() else f"{path}: not a regular file; expected a .csv or .npy file")
+    try:
+        points = _load_npy(path, dtype) if path.suffix.lower() == ".npy" else _load_csv(path, np.dtype(dtype or np.float64))
+    except MemoryError:
+        raise InputError(f"{path}: not enough memory to read its points ({path.stat().st_size:,} bytes); expected a file whose points fit in memory") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the file ({exc.strerror or exc}); expected a file this user can read") from None
     if points.size == 0:
         raise InputError(f"{path}: the file holds no points; expected one row per point")
-    if not np.isfinite(points).all():
+    tensor = torch.from_numpy(points)
+    peak = peak_magnitude(tensor)
+    if not math.isfinite(peak):
         row, col = np.argwhere(~np.isfinite(points))[0]
         raise InputError(f"{path}: row {row + 1}, column {col + 1} is {points[row, col]}; expected finite numbers (remove or impute missing values)")
+    check_magnitude(peak, points.shape[1], tensor.dtype, str(path))
     return points
 
 
 def _load_npy(path: Path, dtype: np.dtype | type | str | None) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise InputError(f"{path}: not a numeric .npy array ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
-    except (OSError, EOFError) as exc:  # EOFError: an empty or truncated file
-        raise InputError(f"{path}: not a readable .npy file ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
+    with path.open("rb") as handle:  # opened first: a file that cannot be opened is not a bad .npy
+        try:
+            array = np.load(handle, allow_pickle=False)
+        except ValueError as exc:
+            raise InputError(f"{path}: not a numeric .npy array ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
+        except (OSError, EOFError) as exc:  # EOFError: an empty or truncated file
+            raise InputError(f"{path}: not a readable .npy file ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(array.dtype, np.complexfloating):
         raise InputError(f"{path}: holds values of type {array.dtype}; expected real numbers")
     if array.ndim != 2:
@@ -161,33 +179,76 @@ def _umask() -> int:
 _NEW_FILE_MODE = 0o666 & ~_umask()
 
 
-def write_atomically(path: str | os.PathLike, content: Iterable[str] | bytes) -> None:
-    """Write ``content`` (lines of text, or bytes) to ``path`` through a temporary file in the same
-    folder, so that a failure leaves either the old file or none, never a partial one."""
+def output_path(path: str | os.PathLike) -> Path | None:
+    """Where :func:`write_atomically` writes ``path``, after the checks it makes first (made here
+    alone, so that a command can make them before any work): ``path`` itself; the file it names
+    where it is a symbolic link (written through: the link stays, its target gets the content);
+    None where it is an existing file that is not a regular one, such as ``/dev/null`` or a pipe,
+    which is written into as a stream. Refused: a folder, a folder that does not exist, one this
+    process cannot write in."""
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        status = None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write there ({exc.strerror}); expected a writable file path") from None
+    if status is not None and stat.S_ISDIR(status.st_mode):
+        raise InputError(f"{path}: is a folder; expected the name of a file to write")
+    effective = os.access in os.supports_effective_ids
+    if status is not None and not stat.S_ISREG(status.st_mode):
+        if not os.access(path, os.W_OK, effective_ids=effective):
+            raise InputError(f"{path}: cannot write there (Permission denied); expected a writable file path")
+        return None
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    folder = target.parent
     if not folder.is_dir():
         raise InputError(f"{path}: the folder {folder} does not exist")
-    if path.is_dir():
-        raise InputError(f"{path}: is a folder; expected the name of a file to write")
+    if not os.access(folder, os.W_OK | os.X_OK, effective_ids=effective):
+        reason = "Read-only file system" if os.statvfs(folder).f_flag & os.ST_RDONLY else "Permission denied"
+        raise InputError(f"{path}: cannot write in the folder {folder} ({reason}); expected a writable folder")
+    return target
+
+
+def write_atomically(path: str | os.PathLike, content: Iterable[str] | bytes) -> None:
+    """Write ``content`` (lines of text, or bytes) to ``path`` through a temporary file in the same
+    folder, so that a failure leaves either the old file or none, never a partial one. A file that
+    exists keeps its permission mode, a new one gets the process's usual mode (``0o666`` less the
+    umask); a symbolic link and a stream are written as :func:`output_path` says."""
+    target = output_path(path)
+    if target is None:  # a device or a pipe: nothing there to keep, so written as it comes
+        try:
+            with open(path, "wb") as handle:
+                _write(handle, content)
+        except OSError as exc:
+            raise InputError(f"{path}: could not write the file ({exc.strerror}); expected a writable file path") from None
+        return
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+        mode = stat.S_IMODE(target.stat().st_mode)
+    except FileNotFoundError:
+        mode = _NEW_FILE_MODE
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     except OSError as exc:
-        raise InputError(f"{path}: cannot write in the folder {folder} ({exc.strerror}); expected a writable folder") from None
+        raise InputError(f"{path}: cannot write in the folder {target.parent} ({exc.strerror}); expected a writable folder") from None
     try:
-        os.fchmod(fd, _NEW_FILE_MODE)  # mkstemp makes it private (0600); a written file is an ordinary one
+        os.fchmod(fd, mode)  # mkstemp makes it private (0600)
         with os.fdopen(fd, "wb") as handle:
-            if isinstance(content, bytes):
-                handle.write(content)
-            else:  # streamed a line (or a block of lines) at a time: never one string of the whole file
-                for line in content:
-                    handle.write((line + "\n").encode("utf-8"))
-        os.replace(tmp, path)
+            _write(handle, content)
+        os.replace(tmp, target)
     except BaseException as exc:
         os.unlink(tmp)
         if isinstance(exc, OSError):
             raise InputError(f"{path}: could not write the file ({exc.strerror}); expected a writable file path") from None
         raise
+
+
+def _write(handle: BinaryIO, content: Iterable[str] | bytes) -> None:
+    if isinstance(content, bytes):
+        handle.write(content)
+    else:  # streamed a line (or a block of lines) at a time: never one string of the whole file
+        for line in content:
+            handle.write((line + "\n").encode("utf-8"))
 
 
 #: labels per block of :func:`label_lines`
