@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import math
 import os
 import resource
 import shutil
@@ -480,3 +482,13 @@ def test_the_estimator_names_the_shape_the_user_passed() -> None:
     with pytest.raises(InputError, match=r"0 sample\(s\) \(shape=\(0, 2\)\)") as info:
         fitted.predict(np.zeros((0, 2)))
     assert "(1, 0, 2)" not in str(info.value)
+
+
+def test_verify_reports_a_model_that_overflows_as_a_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    # verify makes its own data in [0, 1]; at gamma = 1e308 gamma times a squared distance overflows
+    # and the model's centers are NaN: a FAIL, exit 1, never a PASS
+    from ktframe.cli.main import main
+
+    assert main(["verify", "--n", "50", "--layers", "2", "--gamma", "1e308", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] is False and math.isnan(report["max_center_error"])
