@@ -106,5 +106,6 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
     assert summary(run_dir)["global_step"] == 3, fitted.stdout
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
     assert json.loads((run_dir / "eval" / "eval.json").read_text())["steps"] == 5
-    assert json.loads(ktframe("eval", str(run_dir / "checkpoints" / "best.ckpt"), *SMALL_EVAL, "--json").stdout)["tasks"] == 8
+    # --out: the run folder's eval/ holds the evaluation after training, which no eval replaces unasked
+    assert json.loads(ktframe("eval", str(run_dir / "checkpoints" / "best.ckpt"), *SMALL_EVAL, "--out", "again", "--json").stdout)["tasks"] == 8
     assert json.loads(ktframe("report", "runs", "--json").stdout)["runs"] == 1
