@@ -229,6 +229,7 @@ def test_a_figures_folder_without_write_permission_is_one_line_after_training(tm
 # Evaluations: where they go, and never over an earlier one
 
 
+@pytest.mark.slow
 def test_an_evaluation_outside_a_run_folder_goes_to_the_current_folder_and_none_is_replaced_unasked(tmp_path, sweep):
     checkpoint = tmp_path / "x" / "model.ckpt"
     checkpoint.parent.mkdir()
