@@ -126,8 +126,10 @@ ESTIMATOR_CASES: list[tuple[str, Callable[[], Any], list[str]]] = [
         lambda: fit(np.stack([POINTS, POINTS]), init=POINTS[:3]),
         ["init must have shape (n_tasks, n_clusters, n_features) = (2, 3, 2)", "got (3, 2)"],
     ),
-    ("no-points", lambda: fit(np.zeros((0, 2))), ["at least one point", "(1, 0, 2)"]),
-    ("no-features", lambda: fit(np.zeros((5, 0))), ["at least one coordinate", "(1, 5, 0)"]),
+    ("no-points", lambda: fit(np.zeros((0, 2))), ["at least one point", "0 sample(s) (shape=(0, 2))"]),
+    ("no-features", lambda: fit(np.zeros((5, 0))), ["at least one coordinate", "0 feature(s) (shape=(5, 0))"]),
+    ("no-tasks", lambda: fit(np.zeros((0, 5, 2))), ["at least one point", "0 task(s) (shape=(0, 5, 2))"]),
+    ("predict-no-points", lambda: FITTED.predict(np.zeros((0, 2))), ["at least one point", "(shape=(0, 2))"]),
     # the number of clusters
     ("k-0", lambda: fit(n_clusters=0), ["number of clusters k must be an integer >= 1", "got 0"]),
     ("k-negative", lambda: fit(n_clusters=-1), ["number of clusters k must be an integer >= 1", "got -1"]),
@@ -263,6 +265,40 @@ CLI_CASES = [
         {"points.txt": GOOD_CSV},
     ),
     CliCase("no-extension", ["points", "--k", "2"], ["unsupported file type '(none)'", ".csv or .npy"], {"points": GOOD_CSV}),
+    CliCase("folder", ["data", "--k", "2"], ["data: is a folder", "expected a .csv or .npy file"], {"data": None}),
+    CliCase("folder-named-csv", ["data.csv", "--k", "2"], ["data.csv: is a folder", "expected a .csv or .npy file"], {"data.csv": None}, out="existing"),
+    # numbers whose squared distances overflow the dtype (d·(2·max|x|)² > the largest float)
+    CliCase(
+        "overflow-float64",
+        ["huge.csv", "--k", "2"],
+        ["huge.csv: points reach magnitude 1e+200", "overflow float64", "rescale the data"],
+        {"huge.csv": "x,y\n1e200,0\n0,1\n-3,2\n"},
+        out="existing",
+        real=True,
+    ),
+    CliCase(
+        "overflow-float32-npy",
+        ["huge.npy", "--k", "2"],
+        ["huge.npy: points reach magnitude 1e+20", "overflow float32"],
+        {"huge.npy": with_value(GOOD, (2, 1), 1e20).astype(np.float32)},
+    ),
+    CliCase(
+        "overflow-dtype-float32",
+        ["big.csv", "--k", "2", "--dtype", "float32"],
+        ["big.csv: points reach magnitude 1e+20", "overflow float32"],
+        {"big.csv": "1e20,0\n0,1\n5,5\n"},
+    ),
+    # below that, but the objective's sum of n squared distances overflows, or gamma times one does
+    CliCase(
+        "objective-inf",
+        ["sum.csv", "--k", "1"],
+        ["gave a k-means objective of inf", "overflow float64", "rescale the data"],
+        {"sum.csv": "6e153\n-6e153\n" * 3},
+        out="existing",
+    ),
+    CliCase(
+        "objective-nan", ["good.csv", "--k", "2", "--gamma", "1e308"], ["gave a k-means objective of nan", "gamma times", "smaller gamma"], good(), out="stdout"
+    ),
     # variant, gamma, init, seed, layers
     CliCase(
         "unknown-variant",
@@ -280,17 +316,31 @@ CLI_CASES = [
     CliCase("seed-text", ["good.csv", "--k", "2", "--seed", "abc"], ["argument --seed", "non-negative integer", "got 'abc'"], good(), out="existing"),
     CliCase("layers-0", ["good.csv", "--k", "2", "--layers", "0"], ["n_layers must be an integer >= 1", "got 0"], good()),
     CliCase("k-missing", ["good.csv"], ["the following arguments are required: --k"], good()),
-    # where the labels go
+    # where the labels go, checked before anything else (k=7 > n=6 would fail later)
+    CliCase(
+        "out-is-the-input",
+        ["good.csv", "--k", "7", "--out", "good.csv"],
+        ["--out good.csv is the input file good.csv", "expected another file"],
+        good(),
+        out="stdout",
+    ),
+    CliCase(
+        "out-is-the-input-by-another-name",
+        ["good.csv", "--k", "7", "--out", "results/../good.csv"],
+        ["--out results/../good.csv is the input file good.csv"],
+        good(results=None),
+        out="stdout",
+    ),
     CliCase(
         "out-folder-missing",
-        ["good.csv", "--k", "2", "--out", "nowhere/labels.csv"],
+        ["good.csv", "--k", "7", "--out", "nowhere/labels.csv"],
         ["nowhere/labels.csv: the folder nowhere does not exist"],
         good(),
         out="stdout",
     ),
     CliCase(
         "out-is-a-folder",
-        ["good.csv", "--k", "2", "--out", "results"],
+        ["good.csv", "--k", "7", "--out", "results"],
         ["results: is a folder", "expected the name of a file"],
         good(results=None),
         out="stdout",
@@ -428,3 +478,6 @@ def test_cli_rejects(case: CliCase, runner: str, cli_outcomes: dict[tuple[str, s
     assert {p.name for p in outcome.folder.iterdir()} == expected
     if case.out == "existing":
         assert (outcome.folder / "out.csv").read_text() == PREVIOUS
+    for name, content in case.files.items():  # the files the command was given, byte for byte
+        if isinstance(content, (str, bytes)):
+            assert (outcome.folder / name).read_bytes() == (content.encode() if isinstance(content, str) else content), name

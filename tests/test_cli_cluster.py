@@ -187,11 +187,12 @@ def test_loader_dtype_and_the_slow_path_agree(tmp_path: Path) -> None:
 
 def test_labels_are_written_in_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ktframe.clustering import datafile
+    from ktframe.core import io
 
     monkeypatch.setattr(datafile, "LABEL_BLOCK", 4)
     labels = np.arange(10) % 3
     blocks = list(datafile.label_lines(labels))
     assert blocks[0] == "label" and len(blocks) == 4 and max(len(b.splitlines()) for b in blocks) == 4
-    datafile.write_atomically(tmp_path / "labels.csv", datafile.label_lines(labels))
+    io.write_atomically(tmp_path / "labels.csv", datafile.label_lines(labels))
     assert (tmp_path / "labels.csv").read_text() == "label\n" + "".join(f"{v}\n" for v in labels)
     assert [p.name for p in tmp_path.iterdir()] == ["labels.csv"]

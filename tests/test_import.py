@@ -1,6 +1,8 @@
 """``import ktframe`` changes nothing in the host process: glibc's malloc thresholds stay glibc's
-own (no ``mallopt``), and ``warnings.filters`` stays as it was, after the import and after
-building and running a model. Checked in fresh processes."""
+own (no ``mallopt``), and ``warnings.filters`` and the environment stay as they were, after the
+import and after building and running a model; numba is imported only when a kernel first runs
+(:mod:`ktframe.kernels.jit`). Checked in fresh processes. That the import writes no file is
+``test_readonly_install.py``'s."""
 
 from __future__ import annotations
 
@@ -40,11 +42,14 @@ def mmapped() -> bool:
     held.append(libc.malloc(SIZE))
     return libc.mallinfo2().hblkhd - before >= SIZE
 
+import os
 import torch, torchmetrics  # third-party imports first: what they do to the filters is theirs
 
-seen = {"mmapped": {"before": mmapped()}, "filters": {}}
+seen = {"mmapped": {"before": mmapped()}, "filters": {}, "environ": {}}
 filters = list(warnings.filters)
+environ = dict(os.environ)
 import ktframe
+seen["numba at import"] = "numba" in sys.modules
 from ktframe.learning import metrics
 if "control" in sys.argv:  # what ktframe used to do on import: the probe must see it
     libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
@@ -52,6 +57,7 @@ if "control" in sys.argv:  # what ktframe used to do on import: the probe must s
     warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled", category=UserWarning)
 seen["mmapped"]["after import"] = mmapped()
 seen["filters"]["after import"] = warnings.filters == filters
+seen["environ"]["after import"] = dict(os.environ) == environ
 
 model = ktframe.build_model("lloyd", d=2, k=3, n_layers=2, gamma=float("inf"), dtype="float64")
 X = torch.randn(2, 64, 2, dtype=torch.float64)
@@ -62,6 +68,8 @@ score.update(X, result.centers, torch.randint(0, 3, (2, 64)))
 score.compute()
 seen["mmapped"]["after a model"] = mmapped()
 seen["filters"]["after a model"] = warnings.filters == filters
+seen["environ"]["after a model"] = dict(os.environ) == environ
+seen["numba after a model"] = "numba" in sys.modules
 
 libc.free(held.pop())
 seen["adapts"] = not mmapped()
@@ -85,6 +93,8 @@ def test_import_and_a_model_leave_malloc_and_warnings_as_they_were():
     assert seen["mmapped"] == {"before": True, "after import": True, "after a model": True}
     assert seen["adapts"]  # glibc still adapts its threshold: nobody called mallopt
     assert seen["filters"] == {"after import": True, "after a model": True}
+    assert seen["environ"] == {"after import": True, "after a model": True}
+    assert not seen["numba at import"] and seen["numba after a model"]  # the model ran the kernels
 
 
 @pytest.mark.skipif(not GLIBC, reason="glibc only")

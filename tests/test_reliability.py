@@ -220,6 +220,7 @@ def test_sigterm_checkpoints_the_current_step_and_the_resumed_run_is_bit_identic
     assert 10 < step < 40, step  # past the first validation's checkpoint: written for the signal
     assert stderr.strip().splitlines()[-1] == f"ktframe fit: stopped by SIGTERM after step {step}, checkpoint {last}; continue with resume=auto"
     assert "Traceback" not in stderr
+    assert "weights_only" not in stderr  # the checkpoint of the signal says what it saves
     assert [p.name for p in last.parent.iterdir() if p.name.endswith(".partial")] == []
 
     ok(run_cli(fit_args(tmp_path / "runs", "name=p", "resume=auto"), tmp_path, env=ONE_THREAD))
@@ -479,6 +480,12 @@ CASES = [
         ["other-d-k.ckpt: its weights do not fit the model its config describes", "size mismatch for layers.0", "torch.Size([9, 9])"],
     ),
     Case("eval-other-variant", ["eval", "{other-variant.ckpt}"], ["other-variant.ckpt: its weights do not fit the model its config describes"]),
+    # d and k swapped: weights of the same shapes (d + k wide), trained for another k
+    Case(
+        "eval-swapped-d-k",
+        ["eval", "{swapped-d-k.ckpt}"],
+        ["swapped-d-k.ckpt: its weights were trained for d=2, k=3, not for the d=3, k=2 of the model its config"],
+    ),
     Case("eval-missing", ["eval", "{nowhere.ckpt}"], ["nowhere.ckpt: no such checkpoint file"]),
     # eval overrides
     Case("eval-override-d", eval_with("data.d=5"), ["data.d cannot be changed at evaluation", "eval.* or data.family"]),
@@ -497,6 +504,12 @@ CASES = [
         ["cannot resume: the checkpoint was trained with data.d=2, this run has data.d=3", "add data.d=2"],
     ),
     Case("resume-other-variant", [*FIT, "resume={other-variant.ckpt}"], ["trained with model.variant=lloyd, this run has model.variant=learned"]),
+    Case("resume-swapped-d-k", [*FIT, "data.d=3", "data.k=2", "resume={swapped-d-k.ckpt}"], ["its weights were trained for d=2, k=3, not for the d=3, k=2"]),
+    Case(
+        "init-from-swapped-d-k",
+        [*FIT, "data.d=3", "data.k=2", "model.init_from={good.ckpt}"],
+        ["good.ckpt: its weights were trained for d=2, k=3, not for the d=3, k=2 of the model this run's config describes"],
+    ),
     Case(
         "resume-edited-weights",
         [*FIT, "data.d=5", "data.k=4", "resume={other-d-k.ckpt}"],
@@ -525,7 +538,12 @@ def bad_files(uninterrupted, tmp_path_factory) -> Path:
     (folder / "empty.ckpt").write_bytes(b"")
     (folder / "points.ckpt").write_text("x,y\n1,2\n")
     payload_checkpoint(source, folder / "hostile.ckpt", folder / "payload-ran")
-    for name, changes in {"other-d-k.ckpt": {"data": {"d": 5, "k": 4}}, "other-variant.ckpt": {"model": {"variant": "lloyd"}}}.items():
+    edits = {
+        "other-d-k.ckpt": {"data": {"d": 5, "k": 4}},
+        "other-variant.ckpt": {"model": {"variant": "lloyd"}},
+        "swapped-d-k.ckpt": {"data": {"d": 3, "k": 2}},
+    }
+    for name, changes in edits.items():
         checkpoint = torch.load(source, map_location="cpu", weights_only=True)
         for section, values in changes.items():
             checkpoint["hyper_parameters"]["config"][section].update(values)

@@ -303,7 +303,11 @@ def _bad_yaml(tmp_path: Path) -> str:
 
 CONFIG_ERRORS = [
     pytest.param(lambda tmp: "optim.lrr=0.1", ["unknown config key 'optim.lrr'", "did you mean 'optim.lr'"], id="misspelt-key"),
-    pytest.param(lambda tmp: "trainer.max_steps=abc", ["'trainer.max_steps'", "abc"], id="wrong-type"),
+    pytest.param(lambda tmp: "trainer.max_steps=abc", ["config key 'trainer.max_steps' has the value 'abc'; expected an integer"], id="wrong-type"),
+    pytest.param(lambda tmp: "model.scale=[1]", ["config key 'model.scale' has the value [1]; expected a number or null"], id="wrong-type-optional"),
+    pytest.param(lambda tmp: "name=../../x", ["config key 'name' must be a single folder name", "got '../../x'"], id="name-leaves-root"),
+    pytest.param(lambda tmp: "name=/tmp/outside", ["config key 'name' must be a single folder name", "got '/tmp/outside'"], id="name-absolute"),
+    pytest.param(lambda tmp: "run_id=..", ["config key 'run_id' must be a single folder name", "got '..'"], id="run-id-dot-dot"),
     pytest.param(lambda tmp: "preset=quik", ["unknown preset 'quik'", "did you mean 'quick'"], id="unknown-preset"),
     pytest.param(_bad_yaml, ["bad.yaml", "YAML syntax error"], id="yaml-syntax-error"),
 ]

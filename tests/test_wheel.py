@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import sysconfig
 import venv
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,25 +18,48 @@ from test_training import REPO, cli_env, summary
 from test_workflow import SMALL_EVAL
 
 
-@pytest.mark.slow
-def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
-    dist = tmp_path / "dist"
+def build_wheel(dist: Path) -> Path:
+    """The checkout's wheel, built into the folder ``dist``."""
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(REPO), "-w", str(dist)], capture_output=True, text=True
     )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = dist.glob("ktframe-*.whl")
+    return wheel
 
-    # A fresh environment: no system site-packages, the dependencies as the wheel declares them.
-    # --no-compile: byte-compiling every installed module (torch's thousands) would take as long as
-    # the install; the commands compile what they import, once.
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
+
+def install_wheel(wheel: Path, env_dir: Path, *, reuse_packages: bool = False) -> Path:
+    """A virtual environment at ``env_dir`` with ``wheel`` installed; returns its python.
+
+    Its dependencies: as the wheel declares them, installed afresh (no system site-packages), or
+    with ``reuse_packages`` this interpreter's packages, found after its own: seconds, not
+    minutes, and nothing of theirs can stand in for the wheel's ktframe (a folder named in a
+    ``.pth`` file is searched, its own ``.pth`` files, this checkout's editable install among
+    them, are not read)."""
+    venv.create(env_dir, with_pip=not reuse_packages)
     python = env_dir / "bin" / "python"
-    installed = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-compile", "-c", str(REPO / ".ci" / "constraints.txt"), str(wheel)], capture_output=True, text=True
-    )
+    if reuse_packages:
+        # pip installs into that interpreter's environment, which holds nothing yet to replace.
+        command = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)]
+    else:
+        # --no-compile: byte-compiling every installed module (torch's thousands) would take as
+        # long as the install; the commands compile what they import, once.
+        command = [str(python), "-m", "pip", "install", "-q", "--no-compile", "-c", str(REPO / ".ci" / "constraints.txt"), str(wheel)]
+    installed = subprocess.run(command, capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr[-3000:]
+    if reuse_packages:
+        (site_packages,) = env_dir.glob("lib/python*/site-packages")
+        (site_packages / "reused-packages.pth").write_text(
+            "".join(f"{path}\n" for path in dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib")))
+        )
+    return python
+
+
+@pytest.mark.slow
+def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
+    wheel = build_wheel(tmp_path / "dist")
+    env_dir = tmp_path / "venv"
+    python = install_wheel(wheel, env_dir)
 
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -82,5 +106,6 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
     assert summary(run_dir)["global_step"] == 3, fitted.stdout
     assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
     assert json.loads((run_dir / "eval" / "eval.json").read_text())["steps"] == 5
-    assert json.loads(ktframe("eval", str(run_dir / "checkpoints" / "best.ckpt"), *SMALL_EVAL, "--json").stdout)["tasks"] == 8
+    # --out: the run folder's eval/ holds the evaluation after training, which no eval replaces unasked
+    assert json.loads(ktframe("eval", str(run_dir / "checkpoints" / "best.ckpt"), *SMALL_EVAL, "--out", "again", "--json").stdout)["tasks"] == 8
     assert json.loads(ktframe("report", "runs", "--json").stdout)["runs"] == 1

@@ -72,7 +72,7 @@ def test_a_resumed_run_is_evaluated_with_the_eval_settings_given_when_it_resumes
 def test_multirun_of_two_seeds_evaluates_each_and_reports_them(tmp_path):
     done = ok(fit(tmp_path, "-m", "--jobs", "2", "name=seeds", "trainer.seed=0,1", "eval.after_fit=true", *SMALL_EVAL, timeout=300))
     sweep = tmp_path / "runs" / "seeds"
-    assert sorted(p.name for p in sweep.iterdir()) == ["0", "1", "multirun.json"]
+    assert sorted(p.name for p in sweep.iterdir()) == [".lock", "0", "1", "multirun.json"]  # the sweep's lock, released
     state = json.loads((sweep / "multirun.json").read_text())
     assert [(job["swept"], job["status"]) for job in state["jobs"]] == [({"trainer.seed": "0"}, "ok"), ({"trainer.seed": "1"}, "ok")]
     assert f"ktframe report {sweep}" in done.stdout

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import signal
 import sys
 
 from ktframe.cli.options import parse_gamma
-from ktframe.clustering.datafile import label_lines, load_points, write_atomically
+from ktframe.clustering.datafile import label_lines, load_points
 from ktframe.clustering.estimator import TransformerKMeans
+from ktframe.core.errors import InputError
+from ktframe.core.io import output_path, write_atomically
 
 
 def _seed(text: str) -> int:
@@ -31,21 +35,52 @@ def add_parser(commands) -> None:
     p.add_argument("--init", choices=("k-means++", "random"), default="k-means++")
     p.add_argument("--seed", type=_seed, default=0, help="random seed of the initialisation (default: 0)")
     p.add_argument("--dtype", choices=("float64", "float32"), default=None, help="precision of the points (default: float64, or float32 for a float32 .npy)")
-    p.add_argument("--out", help="write labels here (CSV with a 'label' header); default: standard output")
+    p.add_argument("--out", help="write labels here (CSV with a 'label' header), never onto FILE; default (or '-'): standard output")
     p.set_defaults(run=run)
 
 
+def _same_file(path: str, other: str | int) -> bool:
+    """Whether ``path`` names the file ``other`` (a path or an open descriptor) names: through
+    symbolic links, and as any of its hard links."""
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(other) if isinstance(other, int) else os.stat(other))
+    except (OSError, ValueError):
+        return False
+
+
+def _destination(out: str | None, file: str) -> str | None:
+    """Where the labels go, checked before any work: None for standard output (no ``--out``,
+    ``-``, or the file standard output writes to, such as ``/dev/stdout``), else ``out``."""
+    if out is None or out == "-":
+        return None
+    try:
+        stdout = sys.stdout.fileno()
+    except (OSError, ValueError):  # replaced by an object without a descriptor
+        stdout = None
+    if stdout is not None and _same_file(out, stdout):
+        return None
+    if _same_file(out, file):
+        raise InputError(f"--out {out} is the input file {file}; expected another file for the labels, so that the points are kept")
+    output_path(out)
+    return out
+
+
 def run(args) -> int:
+    out = _destination(args.out, args.file)
     points = load_points(args.file, args.dtype)
     model = TransformerKMeans(args.k, variant=args.variant, n_layers=args.layers, gamma=args.gamma, init=args.init, random_state=args.seed)
     labels = model.fit_predict(points)
     summary = f"{points.shape[0]} points, {points.shape[1]} dimensions, k={args.k}, variant={args.variant}: objective {model.inertia_:.6g} (log {math.log(model.inertia_) if model.inertia_ > 0 else float('-inf'):.6f})"
-    if args.out:
-        write_atomically(args.out, label_lines(labels))
-        print(f"{summary}; labels written to {args.out}")
-    else:
+    if out is not None:
+        write_atomically(out, label_lines(labels))
+        print(f"{summary}; labels written to {out}")
+        return 0
+    try:
         for block in label_lines(labels):
             sys.stdout.write(block + "\n")
         sys.stdout.flush()
-        print(summary, file=sys.stderr)
+    except BrokenPipeError:  # the reader stopped reading (`| head`): end quietly, as a killed writer would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush does not fail again
+        return 128 + signal.SIGPIPE
+    print(summary, file=sys.stderr)
     return 0

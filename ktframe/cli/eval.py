@@ -26,7 +26,10 @@ def add_parser(commands) -> None:
         metavar="key=value",
         help="eval.* keys (`ktframe fit --help` lists them), data.family and data.k; e.g. eval.tasks=320 eval.ks=[4,8] eval.baselines=[best-of-10]",
     )
-    p.add_argument("--out", help="folder for eval.json and eval.png (default: the run folder's eval/)")
+    p.add_argument(
+        "--out",
+        help="folder for eval.json and eval.png, replacing an evaluation there (default: the run folder's eval/, or ./eval-NAME/ for a checkpoint outside a run folder; never replacing one)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=run)
 

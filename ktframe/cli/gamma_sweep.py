@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from ktframe.clustering.datafile import write_atomically
 from ktframe.core.errors import InputError
+from ktframe.core.io import write_atomically
 from ktframe.experiments import gamma_sweep
 
 

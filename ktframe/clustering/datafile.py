@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import codecs
 import csv
+import math
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ktframe.clustering import numeric_csv
 from ktframe.core.errors import InputError
+from ktframe.core.validation import check_magnitude, peak_magnitude
 
 SUFFIXES = (".csv", ".npy")
 
@@ -22,28 +24,41 @@ def load_points(path: str | os.PathLike, dtype: np.dtype | type | str | None = N
     """Points ``(n, d)`` from a CSV file (one row a point, an optional header row) or a ``.npy``.
 
     ``dtype``: that of the result (``float32`` or ``float64``); by default a ``float32`` ``.npy``
-    stays ``float32`` and everything else is ``float64``."""
+    stays ``float32`` and everything else is ``float64``. Refused, with one line: a folder, a file
+    that is missing, unreadable or too large for the memory, one that is not numbers, and points
+    whose squared distances overflow the dtype."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"{path}: is a folder; expected a .csv or .npy file")
     if path.suffix.lower() not in SUFFIXES:
         raise InputError(f"{path}: unsupported file type {path.suffix or '(none)'!r}; expected a .csv or .npy file")
     if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    points = _load_npy(path, dtype) if path.suffix.lower() == ".npy" else _load_csv(path, np.dtype(dtype or np.float64))
+        raise InputError(f"{path}: no such file" if not path.exists() else f"{path}: not a regular file; expected a .csv or .npy file")
+    try:
+        points = _load_npy(path, dtype) if path.suffix.lower() == ".npy" else _load_csv(path, np.dtype(dtype or np.float64))
+    except MemoryError:
+        raise InputError(f"{path}: not enough memory to read its points ({path.stat().st_size:,} bytes); expected a file whose points fit in memory") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read the file ({exc.strerror or exc}); expected a file this user can read") from None
     if points.size == 0:
         raise InputError(f"{path}: the file holds no points; expected one row per point")
-    if not np.isfinite(points).all():
+    tensor = torch.from_numpy(points)
+    peak = peak_magnitude(tensor)
+    if not math.isfinite(peak):
         row, col = np.argwhere(~np.isfinite(points))[0]
         raise InputError(f"{path}: row {row + 1}, column {col + 1} is {points[row, col]}; expected finite numbers (remove or impute missing values)")
+    check_magnitude(peak, points.shape[1], tensor.dtype, str(path))
     return points
 
 
 def _load_npy(path: Path, dtype: np.dtype | type | str | None) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise InputError(f"{path}: not a numeric .npy array ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
-    except (OSError, EOFError) as exc:  # EOFError: an empty or truncated file
-        raise InputError(f"{path}: not a readable .npy file ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
+    with path.open("rb") as handle:  # opened first: a file that cannot be opened is not a bad .npy
+        try:
+            array = np.load(handle, allow_pickle=False)
+        except ValueError as exc:
+            raise InputError(f"{path}: not a numeric .npy array ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
+        except (OSError, EOFError) as exc:  # EOFError: an empty or truncated file
+            raise InputError(f"{path}: not a readable .npy file ({exc}); expected a 2-D array of numbers saved by numpy.save") from None
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool) or np.issubdtype(array.dtype, np.complexfloating):
         raise InputError(f"{path}: holds values of type {array.dtype}; expected real numbers")
     if array.ndim != 2:
@@ -145,49 +160,6 @@ def _load_csv_slowly(path: Path) -> np.ndarray:
                 raise InputError(f"{path}: row {i + 1}, column {j + 1} is {cell.strip()!r}, not a number; expected numeric columns only")
             values[i, j] = number
     return values
-
-
-def _umask() -> int:
-    """The process's umask, read without setting it (Linux reports it in /proc; elsewhere the usual 022)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except OSError:
-        pass
-    return 0o022
-
-
-_NEW_FILE_MODE = 0o666 & ~_umask()
-
-
-def write_atomically(path: str | os.PathLike, content: Iterable[str] | bytes) -> None:
-    """Write ``content`` (lines of text, or bytes) to ``path`` through a temporary file in the same
-    folder, so that a failure leaves either the old file or none, never a partial one."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"{path}: the folder {folder} does not exist")
-    if path.is_dir():
-        raise InputError(f"{path}: is a folder; expected the name of a file to write")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write in the folder {folder} ({exc.strerror}); expected a writable folder") from None
-    try:
-        os.fchmod(fd, _NEW_FILE_MODE)  # mkstemp makes it private (0600); a written file is an ordinary one
-        with os.fdopen(fd, "wb") as handle:
-            if isinstance(content, bytes):
-                handle.write(content)
-            else:  # streamed a line (or a block of lines) at a time: never one string of the whole file
-                for line in content:
-                    handle.write((line + "\n").encode("utf-8"))
-        os.replace(tmp, path)
-    except BaseException as exc:
-        os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise InputError(f"{path}: could not write the file ({exc.strerror}); expected a writable file path") from None
-        raise
 
 
 #: labels per block of :func:`label_lines`

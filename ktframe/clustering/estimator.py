@@ -15,7 +15,7 @@ import torch
 
 from ktframe.core import reference
 from ktframe.core.errors import InputError, NotFittedError
-from ktframe.core.validation import as_tensor, check_finite, check_n_clusters, check_points, check_positive_int, check_rank
+from ktframe.core.validation import as_tensor, check_gamma, check_n_clusters, check_positive_int, check_rank, check_values
 from ktframe.fast import lloyd as fast
 from ktframe.fast import seeding
 from ktframe.plugin.build import build_model
@@ -132,6 +132,10 @@ class TransformerKMeans:
     ``predict``, ``transform`` and ``score`` take ``(n_tasks, m, n_features)`` (``score`` then
     gives one score per task).
 
+    Points so large that their squared distances overflow the dtype (about 1e154 in float64, 1e19
+    in float32) are refused with an :class:`ktframe.InputError` naming their magnitude, and so is a
+    fit or score whose objective comes out not finite: no result holds a NaN or an inf.
+
     Before ``fit``, ``predict``, ``transform`` and ``score`` raise :class:`ktframe.NotFittedError`
     (a ``ValueError`` and an ``AttributeError``; where scikit-learn is loaded, also its own
     ``NotFittedError``). scikit-learn is needed only by its tools (``clone``, the estimator
@@ -224,7 +228,7 @@ class TransformerKMeans:
         check_rank(C0, "init", (len(shape),), f"{text} = {shape}")
         if tuple(C0.shape) != shape:
             raise InputError(f"init must have shape {text} = {shape}; got {tuple(C0.shape)}")
-        check_finite(C0, "init")
+        check_values(C0, "init")
         return C0.reshape(B, k, d)
 
     def _check_X(self, X: Any, *, fitted: bool) -> tuple[torch.Tensor, bool]:
@@ -241,13 +245,13 @@ class TransformerKMeans:
                 "Reshape your data with X.reshape(-1, 1) if it has one feature or X.reshape(1, -1) if it is one sample"
             )
         check_rank(tensor, "X", (3,) if fitted and self._batched else (2,) if fitted else (2, 3), expected)
-        if tensor.shape[-1] == 0:
-            raise InputError(
-                f"X must hold at least one point with at least one coordinate; got shape {tuple(tensor.shape) if tensor.dim() == 3 else (1, *tensor.shape)}: X has 0 feature(s) (shape={tuple(tensor.shape)}) while a minimum of 1 is required."
-            )
-        check_finite(tensor, "X")  # here, so that the index reported is that of X as given
+        if 0 in tensor.shape:  # scikit-learn's wording of an empty X follows, for its checks
+            shape = tuple(tensor.shape)
+            empty = "feature" if shape[-1] == 0 else "sample" if shape[-2] == 0 else "task"
+            raise InputError(f"X must hold at least one point with at least one coordinate; got 0 {empty}(s) (shape={shape}) while a minimum of 1 is required.")
+        check_values(tensor, "X")  # here, so that an index reported is that of X as given
         batched = tensor.dim() == 3
-        tensor = check_points(tensor, "X")
+        tensor = tensor if batched else tensor.unsqueeze(0)
         if fitted and tensor.shape[-1] != self.n_features_in_:
             raise InputError(
                 f"X has {tensor.shape[-1]} features, but TransformerKMeans is expecting {self.n_features_in_} features as input (it was fitted with {self.n_features_in_}); expected shape {expected}"
@@ -275,6 +279,7 @@ class TransformerKMeans:
             # those labels: the last layer's assignments may be those of the centers before it.
             labels = fast.nearest(tensor, centers)
             inertia = fast.inertia(tensor, centers, labels)
+        self._check_result("clustering", inertia, centers, batched)
         # Set only once fit succeeds: a failed fit leaves a fitted estimator as it was.
         self._returns_tensor = isinstance(X, torch.Tensor)
         self._batched, self._n_tasks = batched, tensor.shape[0]
@@ -285,6 +290,22 @@ class TransformerKMeans:
         self.inertia_ = inertia.cpu().numpy() if batched else float(inertia[0])
         self.n_iter_ = result.n_iter.cpu().numpy() if batched else int(result.n_iter[0])
         return self
+
+    def _check_result(self, doing: str, objective: torch.Tensor, centers: torch.Tensor, batched: bool) -> None:
+        """Refuse an objective or centers that are not finite, which no result may hold: the
+        input's magnitude is checked, but a sum of n squared distances can still overflow, and so
+        can gamma times one at a finite gamma."""
+        bad = ~(torch.isfinite(objective) & torch.isfinite(centers).flatten(1).all(dim=1))
+        if not bool(bad.any()):
+            return
+        task = int(bad.nonzero()[0])
+        value = objective[task].item()
+        what = f"a k-means objective of {value}" if not math.isfinite(value) else "centers that are not finite"
+        finite_gamma = doing == "clustering" and not math.isinf(check_gamma(self.gamma))
+        raise InputError(
+            f"{doing} X{f' (task {task})' if batched else ''} gave {what}: {'gamma times ' if finite_gamma else ''}squared distances or their sum "
+            f"overflow {str(centers.dtype).removeprefix('torch.')}; expected a finite result: rescale the data (e.g. standardise it){' or use a smaller gamma' if finite_gamma else ''}"
+        )
 
     def fit_predict(self, X: Any, y: Any = None) -> Any:
         return self.fit(X).labels_
@@ -323,5 +344,7 @@ class TransformerKMeans:
         one score per task when fitted on many."""
         centers = self._fitted("score")
         tensor, _ = self._check_X(X, fitted=True)
-        scores = -fast.inertia(tensor, centers, fast.nearest(tensor, centers))
+        objective = fast.inertia(tensor, centers, fast.nearest(tensor, centers))
+        self._check_result("scoring", objective, centers, self._batched)
+        scores = -objective
         return scores.cpu().numpy() if self._batched else float(scores[0])

@@ -30,17 +30,44 @@ def as_tensor(data: Any, name: str, dtype: torch.dtype | None = None) -> torch.T
     return tensor if dtype is None else tensor.to(dtype)
 
 
-def check_finite(tensor: torch.Tensor, name: str) -> None:
-    # A finite sum proves every entry finite in one pass, without a mask as large as the input
-    # (as scikit-learn tests); only a sum that is not (a NaN, an inf, or an overflow of large
-    # finite entries) looks at every entry.
-    if tensor.is_floating_point() and bool(torch.isfinite(tensor.sum())):
+def magnitude_limit(d: int, dtype: torch.dtype) -> float:
+    """The largest coordinate magnitude ``M`` of ``d``-dimensional points whose squared distances
+    stay finite in ``dtype``: two such points are at most ``d·(2M)²`` apart, squared."""
+    return math.sqrt(torch.finfo(dtype).max / d) / 2
+
+
+def peak_magnitude(tensor: torch.Tensor) -> float:
+    """The largest ``|x|`` of a floating ``tensor`` in one pass, without a copy as large as it (0
+    for an empty one); NaN where an entry is NaN (min and max propagate it), inf where one is inf."""
+    if not tensor.numel():
+        return 0.0
+    low, high = torch.aminmax(tensor)
+    return torch.maximum(-low, high).item()
+
+
+def check_magnitude(peak: float, d: int, dtype: torch.dtype, name: str) -> None:
+    """Refuse points of largest magnitude ``peak`` whose squared distances overflow ``dtype`` (then
+    every distance compares as inf or NaN, and k-means returns garbage without an error)."""
+    limit = magnitude_limit(d, dtype)
+    if peak > limit:
+        raise InputError(
+            f"{name}: points reach magnitude {peak:.3g}, whose squared distances overflow {str(dtype).removeprefix('torch.')}; "
+            f"expected magnitudes up to {limit:.3g} in {d} dimensions: rescale the data (e.g. standardise it)"
+        )
+
+
+def check_values(tensor: torch.Tensor, name: str) -> None:
+    """Every entry finite, and none so large that squared distances between such points (or
+    centers) overflow the dtype: one pass over ``tensor``; only a failure looks at every entry
+    again, to report where."""
+    if not tensor.is_floating_point():
         return
-    bad = ~torch.isfinite(tensor)
-    if bool(bad.any()):
-        where = tuple(int(i) for i in bad.nonzero()[0])
+    peak = peak_magnitude(tensor)
+    if not math.isfinite(peak):
+        where = tuple(int(i) for i in (~torch.isfinite(tensor)).nonzero()[0])
         value = tensor[where].item()
         raise InputError(f"{name} must be finite; found {value} at index {where} (remove or impute NaN/inf values first)")
+    check_magnitude(peak, tensor.shape[-1], tensor.dtype, name)
 
 
 def check_rank(tensor: torch.Tensor, name: str, ranks: tuple[int, ...], shape_text: str) -> None:
@@ -71,18 +98,6 @@ def check_n_clusters(k: Any, n: int) -> int:
     return k
 
 
-def check_points(X: Any, name: str = "X", dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Points as ``(B, n, d)``; a 2-D ``(n, d)`` array is one task."""
-    tensor = as_tensor(X, name, dtype)
-    check_rank(tensor, name, (2, 3), "(n, d) or (B, n, d)")
-    if tensor.dim() == 2:
-        tensor = tensor.unsqueeze(0)
-    if tensor.shape[1] == 0 or tensor.shape[2] == 0 or tensor.shape[0] == 0:
-        raise InputError(f"{name} must hold at least one point with at least one coordinate; got shape {tuple(tensor.shape)}")
-    check_finite(tensor, name)
-    return tensor
-
-
 def check_model_inputs(X: Any, C0: Any, *, d: int, k: int, dtype: torch.dtype, any_k: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``X (B, n, d)`` and ``C0 (B, k, d)`` for a model built for ``(d, k)``, cast to its dtype;
     with ``any_k``, ``C0 (B, k', d)`` for any 1 <= k' <= k."""
@@ -99,6 +114,6 @@ def check_model_inputs(X: Any, C0: Any, *, d: int, k: int, dtype: torch.dtype, a
     k = C0.shape[1]
     if X.shape[1] < k:
         raise InputError(f"the number of clusters k={k} exceeds the number of points n={X.shape[1]}; expected k <= n")
-    check_finite(X, "X")
-    check_finite(C0, "C0")
+    check_values(X, "X")
+    check_values(C0, "C0")
     return X, C0

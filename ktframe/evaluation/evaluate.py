@@ -24,11 +24,11 @@ import torch
 from omegaconf import OmegaConf
 
 from ktframe.clustering import baselines
-from ktframe.clustering.datafile import write_atomically
 from ktframe.core import reference
 from ktframe.core.errors import InputError
+from ktframe.core.io import check_writable, write_atomically
 from ktframe.fast import lloyd as fast
-from ktframe.learning.checkpoint_io import load_weights, model_weights, read_checkpoint
+from ktframe.learning.checkpoint_io import check_dimensions, load_weights, model_weights, read_checkpoint
 from ktframe.learning.config import check_keys, merge, parse_overrides, to_dict
 from ktframe.learning.data import draw
 from ktframe.learning.module import model_from_config
@@ -45,6 +45,7 @@ def load_checkpoint(path: str | Path) -> tuple[dict, torch.nn.Module]:
     config = checkpoint["hyper_parameters"]["config"]
     model = model_from_config(config)
     load_weights(model, model_weights(checkpoint), path)
+    check_dimensions(checkpoint, model, path)
     return config, model.eval()
 
 
@@ -257,24 +258,47 @@ def _lead(setting: dict[str, Any]) -> str:
     return f"{lead:+.4f}" + ("" if sem is None else f" ± {sem:.4f}")
 
 
-def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None) -> tuple[dict[str, Any], Path]:
-    """:func:`evaluate` a checkpoint, writing ``eval.json`` and ``eval.png`` into ``out`` (default:
-    the run folder's ``eval/``), and ``eval-by-k.png`` where several k were evaluated
-    (:func:`~ktframe.reporting.figures.by_k_figure`); the report and the (first) picture's path."""
-    from ktframe.reporting import figures  # matplotlib: imported once there is a picture to draw
+# What ``ktframe eval`` writes into its folder; eval.json last, so that it marks a whole evaluation.
+OUTPUTS = ("eval.png", "eval-by-k.png", "eval.json")
 
+
+def default_out(path: str | Path) -> Path:
+    """Where an evaluation of the checkpoint ``path`` goes when no folder is named: the run
+    folder's ``eval/`` for a checkpoint in a run folder (``RUN/checkpoints/NAME.ckpt`` beside
+    ``RUN/config.yaml``); else ``eval-NAME/`` in the current folder, never beside a checkpoint
+    that belongs to no run."""
+    resolved = Path(path).resolve()
+    run = resolved.parent.parent
+    if resolved.parent.name == "checkpoints" and (run / "config.yaml").is_file():
+        return run / "eval"
+    return Path(f"eval-{resolved.stem}")
+
+
+def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None) -> tuple[dict[str, Any], Path]:
+    """:func:`evaluate` a checkpoint, writing ``eval.json`` and ``eval.png`` into ``out``, and
+    ``eval-by-k.png`` where several k were evaluated (:func:`~ktframe.reporting.figures.by_k_figure`);
+    the report and the (first) picture's path. Without ``out``, into :func:`default_out`, where an
+    earlier evaluation is never replaced: only a folder the caller names is written over."""
+    from ktframe.reporting import figures
+
+    folder = Path(out) if out is not None else default_out(path)
+    if out is None and (folder / "eval.json").exists():
+        raise InputError(f"{folder / 'eval.json'}: holds an earlier evaluation; expected --out DIR for this one (or --out {folder} to replace it)")
+    check_writable(folder, OUTPUTS)
     config, model = load_checkpoint(path)
     report = evaluate(model, eval_config(config, list(overrides)))
     report["checkpoint"] = str(path)
-    folder = Path(out) if out is not None else Path(path).resolve().parent.parent / "eval"
-    folder.mkdir(parents=True, exist_ok=True)
-    write_atomically(folder / "eval.json", [json.dumps(report, indent=2)])
     primary = report["primary"]
     title = f"init={primary['init']}, n={primary['n']}, k={primary['k']}, {report['family']}"
     pictures = {"eval": figures.objective_figure(report["log_objective"], title)}
     if len({s["k"] for s in report["settings"]}) > 1:
         pictures["eval-by-k"] = figures.by_k_figure(report["settings"], f"{report['tasks']} {report['family']} tasks per k, {report['steps']} steps")
-    return report, figures.save(pictures, folder)[0]
+    try:
+        written = figures.save(pictures, folder)
+    except OSError as exc:  # the folder could not be made
+        raise InputError(f"{exc.filename or folder}: cannot write ({exc.strerror or exc}); expected a writable folder with free space") from None
+    write_atomically(folder / "eval.json", [json.dumps(report, indent=2)])
+    return report, written[0]
 
 
 def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:

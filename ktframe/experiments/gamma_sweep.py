@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ktframe.clustering.datafile import write_atomically
 from ktframe.core.errors import InputError
+from ktframe.core.io import write_atomically
 from ktframe.fast import lloyd
 from ktframe.plugin.build import build_model, get_variant
 

@@ -75,6 +75,22 @@ def load_weights(module: torch.nn.Module, state: dict[str, Any], path: str | os.
         ) from None
 
 
+# The checkpoint's record of the d and k its model was built for (KMeansTransformerModule writes
+# it): weights of the same shapes fit every (d, k) of the same d + k, so the shapes cannot tell.
+DIMENSIONS = "model_dimensions"
+
+
+def check_dimensions(checkpoint: dict[str, Any], model: torch.nn.Module, path: str | os.PathLike, described_by: str = "its config") -> None:
+    """The weights of ``checkpoint``, loaded into ``model`` (so their shapes fit it), were trained
+    for its d and k. A checkpoint that records none, written before the record existed, has had
+    its weights' shapes checked alone."""
+    trained = checkpoint.get(DIMENSIONS)
+    if isinstance(trained, dict) and (trained.get("d"), trained.get("k")) != (model.d, model.k):
+        raise InputError(
+            f"{path}: its weights were trained for d={trained.get('d')}, k={trained.get('k')}, not for the d={model.d}, k={model.k} of the model {described_by} describes; {EXPECTED}, unedited"
+        )
+
+
 def write_checkpoint(checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
     """Write ``checkpoint`` to ``path`` atomically. The temporary file has one fixed name per
     destination, so a write cut short by a kill leaves at most one behind, replaced by the next."""

@@ -374,6 +374,8 @@ def check_values(cfg: DictConfig) -> None:
         raise _value_error("eval.ks", list(cfg.eval.ks), "null or a non-empty list of integers >= 1")
     if cfg.eval.lloyd_last > cfg.eval.steps:
         raise _value_error("eval.lloyd_last", cfg.eval.lloyd_last, f"an integer from 0 to eval.steps={cfg.eval.steps}")
+    for name in ("name", "run_id"):
+        check_path_component(f"config key '{name}'", cfg[name])
     if not all(name in BASELINES for name in cfg.eval.baselines):
         raise _value_error("eval.baselines", list(cfg.eval.baselines), "a list of baseline names, each one of " + ", ".join(BASELINES))
     for name in ("k_range", "n_range"):
@@ -382,6 +384,15 @@ def check_values(cfg: DictConfig) -> None:
         TaskDistribution.of(cfg.data).check(cfg.data.d)
     except TaskError as exc:
         raise _value_error(f"data.{exc.name}", exc.value, exc.expected) from None
+
+
+def check_path_component(what: str, value: str | None) -> None:
+    """A run's name or id becomes a folder below ``root``: one folder name, never a path that
+    leads out of it (``..``, an absolute path) or into another run's subfolder."""
+    if value is None:
+        return
+    if value in ("", ".", "..") or any(char in value for char in "/\\\0"):
+        raise InputError(f"{what} must be a single folder name (not empty, '.' or '..', no '/' or '\\'); got {value!r}")
 
 
 def _check_range(cfg: DictConfig, name: str) -> None:
@@ -404,10 +415,38 @@ def _check_range(cfg: DictConfig, name: str) -> None:
         raise InputError(f"config key 'data.k'={cfg.data.k} (the validation tasks' k) lies outside data.k_range={ks}; expected lo <= data.k <= hi")
 
 
+# What a value of each schema type looks like, for the type error of a key.
+_EXPECTED = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "list": "a list such as [a, b]",
+    "dict": "a mapping such as {key: value}",
+}
+
+
+def _field_type(key: str) -> str | None:
+    """The schema's type of a dotted key (``trainer.max_steps``: ``int``); None where the key is no field."""
+    schema: Any = Config
+    for part in key.split("."):
+        found = {f.name: f for f in dataclasses.fields(schema)}.get(part) if dataclasses.is_dataclass(schema) else None
+        if found is None:
+            return None
+        sub = found.default_factory() if found.default_factory is not dataclasses.MISSING else None
+        schema = type(sub) if dataclasses.is_dataclass(sub) else str(found.type)
+    return schema if isinstance(schema, str) else None
+
+
 def _type_error(exc: OmegaConfBaseException) -> str:
     key = getattr(exc, "full_key", None)
     message = str(exc).splitlines()[0]
-    return f"config key '{key}': {message}" if key else f"invalid config: {message}"
+    kind = _field_type(key) if key else None
+    optional = kind is not None and kind.startswith("Optional[")
+    expected = _EXPECTED.get(kind.removeprefix("Optional[").removesuffix("]")) if kind else None
+    if expected is None:
+        return f"config key '{key}': {message}" if key else f"invalid config: {message}"
+    return f"config key '{key}' has the value {getattr(exc, 'value', None)!r}; expected {expected}" + (" or null" if optional else "")
 
 
 def to_yaml(cfg: DictConfig) -> str:

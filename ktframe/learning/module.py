@@ -10,6 +10,7 @@ from torchmetrics import MetricCollection
 
 from ktframe.core.errors import InputError
 from ktframe.core.loss import softmin_bound
+from ktframe.learning.checkpoint_io import DIMENSIONS
 from ktframe.learning.metrics import AdjustedRand, KMeansObjective, MeanLogObjective, NormalizedMutualInfo, RatioToLloyd
 from ktframe.plugin.build import build_model
 from ktframe.transformer.construction import learnable
@@ -87,6 +88,7 @@ class KMeansTransformerModule(L.LightningModule):
     # in the new process has logged it yet. The checkpoint's scheduler state predates that step, so
     # the checkpoint carries the value and a resumed run hands it back, as an unbroken run would.
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[DIMENSIONS] = {"d": self.model.d, "k": self.model.k}
         ratio = self.trainer.callback_metrics.get("val/ratio")
         if ratio is not None:
             checkpoint["val_ratio"] = float(ratio)

@@ -11,7 +11,6 @@ pooled. A run that stopped early adds to the steps it reached; each point says h
 from __future__ import annotations
 
 import csv
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -152,7 +151,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     groups = [group for group in _groups(report) if group["training"] and group["training"]["curves"]]
     if not groups:
         return None
-    from ktframe.reporting.figures import plt  # pyplot on the Agg backend
+    from ktframe.reporting.figures import plt, png  # pyplot on the Agg backend
 
     line_key, column_key, row_keys = (by[-1] if by else None), (by[-2] if len(by) > 1 else None), by[:-2]
     values = lambda key: sorted(dict.fromkeys(g["setting"][key] for g in groups), key=setting_order) if key else [None]  # noqa: E731
@@ -189,7 +188,4 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     for ax in axes[-1]:
         ax.set_xlabel("training step")
     fig.suptitle(f"training curves of the runs in {root}\nmedian over runs, band 25–75 %")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    plt.close(fig)
-    return buffer.getvalue()
+    return png(fig, dpi=100)

@@ -4,6 +4,7 @@ takes images (W&B), logged."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
@@ -12,6 +13,7 @@ matplotlib.use("Agg")  # files only: no display is needed or assumed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from ktframe.clustering.datafile import write_atomically  # noqa: E402
 from ktframe.core import reference  # noqa: E402
 from ktframe.plugin import manager as pluginmanager  # noqa: E402
 from ktframe.plugin.build import build_model  # noqa: E402
@@ -140,15 +142,25 @@ def training_figures(model, X: torch.Tensor, C0: torch.Tensor, labels: torch.Ten
     }
 
 
-def save(figures: dict[str, plt.Figure], folder: Path, logger=None) -> list[Path]:
-    """Write every figure as ``folder/NAME.png``; log them too when the logger takes images."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, fig in figures.items():
-        path = folder / f"{name}.png"
-        fig.savefig(path, dpi=110)
+def png(fig: plt.Figure, dpi: int = 110) -> bytes:
+    """``fig`` as the bytes of a PNG file, and closed: written with
+    :func:`~ktframe.clustering.io.write_atomically`, a picture is whole or absent."""
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=dpi)
+    finally:
         plt.close(fig)
-        paths.append(path)
+    return buffer.getvalue()
+
+
+def save(figures: dict[str, plt.Figure], folder: Path, logger=None) -> list[Path]:
+    """Write every figure as ``folder/NAME.png``, each atomically; log them too when the logger
+    takes images."""
+    pictures = {folder / f"{name}.png": png(fig) for name, fig in figures.items()}
+    folder.mkdir(parents=True, exist_ok=True)
+    for path, content in pictures.items():
+        write_atomically(path, content)
+    paths = list(pictures)
     if logger is not None and hasattr(logger, "log_image"):
         for path in paths:
             logger.log_image(key=f"figures/{path.stem}", images=[str(path)])

@@ -18,18 +18,16 @@ dropped from the mean: they were evaluated under different settings and belong i
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy import special
 
-from ktframe.clustering.datafile import write_atomically
 from ktframe.core.errors import InputError
+from ktframe.core.io import check_writable, write_atomically
 from ktframe.reporting import curves as training_curves
 from ktframe.reporting import paired
 
@@ -376,7 +374,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     written with the others, after everything has been computed."""
     if not report["eval"]:
         return None
-    from ktframe.reporting.figures import LABELS, plt  # pyplot on the Agg backend; imported here, so that bad input is answered without waiting for it
+    from ktframe.reporting.figures import LABELS, plt, png  # pyplot on the Agg backend; imported here, so that bad input is answered without waiting for it
 
     settings = list(dict.fromkeys((row["init"], row["n"], row["k"]) for row in report["eval"]))
     cols = min(3, len(settings))
@@ -400,24 +398,7 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
         ax.axis("off")
     fig.suptitle(f"objective per step, mean over the runs in {root} (band: ± std)")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))  # half an inch kept for the title, whatever the rows
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def check_writable(out: Path) -> None:
-    """Refuse an output folder that cannot be made or written, before anything is written there."""
-    existing = out
-    while not existing.exists():  # the nearest existing folder: the one the output folder is made in
-        existing = existing.parent
-    if not existing.is_dir():
-        raise InputError(f"{out}: {existing} is a file, not a folder; expected a writable folder for {', '.join(OUTPUTS)}")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise InputError(f"{out}: cannot write in {existing} (permission denied); expected a writable folder")
-    taken = [name for name in OUTPUTS if (out / name).is_dir()]
-    if taken:
-        raise InputError(f"{out / taken[0]}: is a folder; expected to write a file of that name")
+    return png(fig)
 
 
 def pictures(report: dict[str, Any], root: Path) -> dict[str, bytes | None]:
@@ -430,7 +411,7 @@ def write(out: Path, report: dict[str, Any], text: str, pngs: dict[str, bytes | 
     """Write report.json, report.md and the pictures that are not None into ``out``, each one
     atomically; a picture of an earlier report that this one has not (no evaluation, no training
     history) is removed, so that the folder never shows a figure of other runs."""
-    check_writable(out)
+    check_writable(out, OUTPUTS)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

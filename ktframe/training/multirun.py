@@ -21,11 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ktframe.clustering.datafile import write_atomically
 from ktframe.core.errors import InputError
+from ktframe.core.io import write_atomically
 from ktframe.learning.config import load_config, parse_overrides
+from ktframe.training.folders import SWEEP_FILE, FolderLock, check_unused
 
-SWEEP_FILE = "multirun.json"
 # Keys each job sets for itself: sweeping them, or fixing one for every job, makes no sense.
 _PER_JOB = ("name", "run_id", "root")
 _RANGE = re.compile(r"range\((-?\d+),\s*(-?\d+)(?:,\s*(-?\d+))?\)")
@@ -52,6 +52,7 @@ class Sweep:
     name: str
     folder: Path
     jobs: list[Job]
+    resuming: bool = False  # resume=auto: the sweep may go on in a folder that holds it
 
 
 def split_values(item: str) -> tuple[str, list[str]] | None:
@@ -120,6 +121,7 @@ def plan(overrides: Sequence[str], new_name: Callable[[], str]) -> Sweep:
     base = load_config(fixed)  # the preset and fixed values, checked once
     name = base.name or new_name()
     folder = Path(base.root) / name
+    check_unused(folder, sweep=True, resuming=base.resume == "auto")
     per_job = [f"root={folder}"]
     if base.logger.group is None:
         per_job.append(f"logger.group={name}")
@@ -132,7 +134,7 @@ def plan(overrides: Sequence[str], new_name: Callable[[], str]) -> Sweep:
         job_overrides = [*fixed, *(f"{key}={value}" for key, value in swept.items()), *per_job, f"name={index}"]
         load_config(job_overrides)  # every job's config is valid before any starts
         jobs.append(Job(index, swept, job_overrides, str(folder / str(index))))
-    return Sweep(name, folder, jobs)
+    return Sweep(name, folder, jobs, resuming=base.resume == "auto")
 
 
 def _record(sweep: Sweep) -> None:
@@ -162,8 +164,13 @@ def _finished(job: Job) -> dict | None:
 
 
 def run(sweep: Sweep, parallel: int = 1, cli_flags: Sequence[str] = (), report: Callable[[str], None] = print) -> list[Job]:
-    """Run every job (``parallel`` at a time); the failed ones."""
-    sweep.folder.mkdir(parents=True, exist_ok=True)
+    """Run every job (``parallel`` at a time), holding the sweep folder's lock; the failed ones."""
+    with FolderLock(sweep.folder, "ktframe fit -m"):
+        check_unused(sweep.folder, sweep=True, resuming=sweep.resuming)  # again, under the lock: no sweep ran here since plan() looked
+        return _run(sweep, parallel, cli_flags, report)
+
+
+def _run(sweep: Sweep, parallel: int, cli_flags: Sequence[str], report: Callable[[str], None]) -> list[Job]:
     _record(sweep)
     env = _environment(parallel)
     finished = itertools.count(1)  # next() of a count is atomic: jobs in threads report in turn

@@ -92,7 +92,9 @@ class Preemption(L.Callback):
             # checkpoint would tell the resumed run that this validation had been done)
         # Here, at the end of a step, is where Lightning's own step checkpoints are written: a
         # resumed run counts its steps and validations from it as the uninterrupted run does.
-        trainer.save_checkpoint(self.checkpoint)
+        # The whole training state, as a validation's last.ckpt holds it (weights_only said, not
+        # left to Lightning's default, whose log line would read like an unsafe load).
+        trainer.save_checkpoint(self.checkpoint, weights_only=False)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args) -> None:
         if self._stop:

@@ -10,6 +10,7 @@ every rank agrees.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import json
@@ -19,6 +20,7 @@ import secrets
 import shutil
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,15 +31,16 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from ktframe.clustering.datafile import write_atomically
 from ktframe.core.errors import InputError
+from ktframe.core.io import check_writable_folder, nearest_existing, write_atomically
 from ktframe.evaluation.evaluate import evaluate_checkpoint, table_rows
-from ktframe.learning.checkpoint_io import AtomicCheckpointIO, load_weights, model_weights, read_checkpoint
-from ktframe.learning.config import to_dict, to_yaml, trainer_extras
+from ktframe.learning.checkpoint_io import AtomicCheckpointIO, check_dimensions, load_weights, model_weights, read_checkpoint
+from ktframe.learning.config import check_path_component, to_dict, to_yaml, trainer_extras
 from ktframe.learning.data import TaskDataModule, draw
 from ktframe.learning.module import KMeansTransformerModule
 from ktframe.plugin.manager import registry
 from ktframe.training.callbacks import SeedEachStep, ValidateLastStep
+from ktframe.training.folders import FolderLock, check_unused
 from ktframe.training.launch import agree
 from ktframe.training.preemption import Preemption
 
@@ -85,6 +88,7 @@ def _check_resumable(checkpoint: dict, cfg: DictConfig, module: KMeansTransforme
             f"{ckpt}: cannot resume: the checkpoint was trained with {was}, this run has {now}; expected the same values (add {was}) or a new run name"
         )
     load_weights(module, checkpoint["state_dict"], ckpt)
+    check_dimensions(checkpoint, module.model, ckpt)
 
 
 def _run_folder(cfg: DictConfig) -> tuple[str, Path, Path | None]:
@@ -110,8 +114,17 @@ def _run_folder(cfg: DictConfig) -> tuple[str, Path, Path | None]:
             if last.is_file():
                 return _checkpoint_run_id(last), last.parent.parent, last
     # Under `wandb agent` the run id is the one W&B assigned, so that the folder and the W&B run agree.
-    run_id = cfg.run_id or os.environ.get(RUN_ID_ENV) or os.environ.get(WANDB_AGENT_RUN_ID_ENV) or new_run_id()
-    return run_id, root / (cfg.name or run_id), None
+    run_id = cfg.run_id or _environment_id(RUN_ID_ENV) or _environment_id(WANDB_AGENT_RUN_ID_ENV) or new_run_id()
+    run_dir = root / (cfg.name or run_id)
+    check_unused(run_dir, sweep=False, resuming=cfg.resume == "auto")
+    return run_id, run_dir, None
+
+
+def _environment_id(variable: str) -> str | None:
+    """A run id from the environment, checked as the config's run_id is: it names a folder."""
+    value = os.environ.get(variable) or None
+    check_path_component(f"the run id in the environment variable {variable}", value)
+    return value
 
 
 # The package each logger needs, and what to install when it is absent.
@@ -192,10 +205,8 @@ def _check_folder(run_dir: Path, checkpoint_bytes: int) -> None:
     """Say in one line why ``run_dir`` cannot hold the run, if it cannot: better before training
     than at the first checkpoint, hours later. Nothing is created yet (the Trainer's own checks
     come first)."""
-    existing = next(folder for folder in (run_dir, *run_dir.parents) if folder.exists())
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        why = "not a folder" if not existing.is_dir() else "not writable"
-        raise InputError(f"{run_dir}: cannot write the run folder ({existing} is {why}); expected a writable folder with free space, or another root=")
+    existing = nearest_existing(run_dir)
+    check_writable_folder(existing, run_dir, "a writable folder with free space for the run, or another root=")
     free, needed = shutil.disk_usage(existing).free, 3 * checkpoint_bytes  # last.ckpt, best.ckpt, the next one's temporary file
     if free < needed:
         raise InputError(f"{run_dir}: {free} bytes free, and its checkpoints need {needed}; expected a folder with more free space, or another root=")
@@ -257,11 +268,11 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, ma
     if checkpoint is not None:
         _check_resumable(checkpoint, cfg, module, ckpt)
     elif cfg.model.init_from is not None:  # a resumed run has its own weights already
-        load_weights(module.model, model_weights(read_checkpoint(cfg.model.init_from)), cfg.model.init_from)
+        start = read_checkpoint(cfg.model.init_from)
+        load_weights(module.model, model_weights(start), cfg.model.init_from)
+        check_dimensions(start, module.model, cfg.model.init_from, described_by="this run's config")
     start_step = 0 if checkpoint is None else checkpoint.get("global_step", 0)
     data = TaskDataModule(cfg.data, start_step=start_step)
-    if make_folder:  # under torchrun or srun, rank 0 checks and every rank hears the verdict
-        agree(lambda: _check_folder(run_dir, _checkpoint_bytes(module)))
 
     # Two callbacks: Lightning (2.6) writes a save_last checkpoint only when the monitored one
     # improved, and resuming needs the latest state after every validation.
@@ -280,52 +291,90 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, ma
     if cfg.trainer.early_stopping is not None:
         callbacks.append(EarlyStopping(monitor="val/ratio", mode="min", patience=cfg.trainer.early_stopping, check_on_train_epoch_end=False))
     logger = _logger(cfg, run_id, run_dir)
-    trainer = make_trainer(cfg, logger, callbacks, run_dir)
-    if trainer.is_global_zero:
-        _make_folder(cfg, run_dir)
-        if logger and cfg.logger.kind == "wandb":
-            trainer.logger = logger = _start_wandb(logger, cfg, run_id, run_dir)
-        if logger and cfg.logger.kind == "csv" and ckpt is not None:
-            _keep_csv_rows(logger, before_step=start_step)  # before anything creates the CSV writer
-        if logger:
-            logger.log_hyperparams(config)
-    with preemption:
-        # weights_only here too: left unset, Lightning's load obeys TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
-        trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
-        if checkpoint is not None and trainer.global_step == start_step and not preemption.signum:
-            # Resumed at its end (stopped after its last step, before its summary): nothing was
-            # trained or validated, so the final weights are validated again for the summary's
-            # metrics, and not logged again (the loggers hold that validation at its step already).
-            loggers, trainer.loggers = trainer.loggers, []
-            try:
-                trainer.validate(module, datamodule=data, verbose=False)
-            finally:
-                trainer.loggers = loggers
+    owned = _own_folder(run_dir, _checkpoint_bytes(module), fresh=ckpt is None, resuming=cfg.resume == "auto")
+    with owned if make_folder else contextlib.nullcontext():
+        # After the lock: a refusal is then the one line on stderr, before Lightning's greeting.
+        trainer = make_trainer(cfg, logger, callbacks, run_dir)
+        try:
+            if trainer.is_global_zero:
+                _make_folder(cfg, run_dir)
+                if logger and cfg.logger.kind == "wandb":
+                    trainer.logger = logger = _start_wandb(logger, cfg, run_id, run_dir)
+                if logger and cfg.logger.kind == "csv" and ckpt is not None:
+                    _keep_csv_rows(logger, before_step=start_step)  # before anything creates the CSV writer
+                if logger:
+                    logger.log_hyperparams(config)
+            with preemption:
+                # weights_only here too: left unset, Lightning's load obeys TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
+                trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
+                if checkpoint is not None and trainer.global_step == start_step and not preemption.signum:
+                    # Resumed at its end (stopped after its last step, before its summary): nothing was
+                    # trained or validated, so the final weights are validated again for the summary's
+                    # metrics, and not logged again (the loggers hold that validation at its step already).
+                    loggers, trainer.loggers = trainer.loggers, []
+                    try:
+                        trainer.validate(module, datamodule=data, verbose=False)
+                    finally:
+                        trainer.loggers = loggers
+        except OSError as exc:  # a log file on a full disk, say; the checkpoints have their own error
+            raise InputError(
+                f"{exc.filename or run_dir}: cannot write ({exc.strerror or exc}); expected free space and a writable run folder, then resume=auto to go on from the last checkpoint"
+            ) from None
 
-    summary = {
-        "run_id": run_id,
-        "run_dir": str(run_dir),
-        "global_step": trainer.global_step,
-        "world_size": trainer.world_size,
-        "rank": trainer.global_rank,  # the CLI reports on rank 0 only
-        "best_checkpoint": checkpoints.best_model_path,
-        "last_checkpoint": str(run_dir / "checkpoints" / "last.ckpt"),
-        "best_val_ratio": float(checkpoints.best_model_score) if checkpoints.best_model_score is not None else None,
-        "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
-    }
-    if trainer.is_global_zero:
-        wandb_run = logger.experiment if logger and cfg.logger.kind == "wandb" else None
-        _figures(module, cfg, run_dir, logger)
-        if cfg.eval.after_fit:
-            summary["eval"] = str(_evaluate_after_fit(Path(checkpoints.best_model_path), run_dir / "eval", logger, config["eval"]))
-        if wandb_run is not None:
-            if cfg.logger.log_model:
-                _log_model(wandb_run, Path(checkpoints.best_model_path), summary)
-            # wandb records offline mode as "dryrun" in its settings (0.31), as "offline" in older versions
-            if wandb_run.settings.mode in ("offline", "dryrun"):
-                summary["wandb_sync"] = f"wandb sync {wandb_run.dir.rsplit('/files', 1)[0]}"
-        write_atomically(run_dir / "summary.json", [json.dumps(summary, indent=2)])
+        summary = {
+            "run_id": run_id,
+            "run_dir": str(run_dir),
+            "global_step": trainer.global_step,
+            "world_size": trainer.world_size,
+            "rank": trainer.global_rank,  # the CLI reports on rank 0 only
+            "best_checkpoint": checkpoints.best_model_path,
+            "last_checkpoint": str(run_dir / "checkpoints" / "last.ckpt"),
+            "best_val_ratio": float(checkpoints.best_model_score) if checkpoints.best_model_score is not None else None,
+            "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
+        }
+        if trainer.is_global_zero:
+            try:
+                _finish(module, cfg, config, run_dir, logger, Path(checkpoints.best_model_path), summary)
+            except (OSError, InputError) as exc:
+                where = f"{exc.filename or run_dir}: cannot write ({exc.strerror or exc})" if isinstance(exc, OSError) else str(exc)
+                raise InputError(
+                    f"{where}; training finished and its checkpoints in {run_dir / 'checkpoints'} are intact: resume=auto finishes the run once that is fixed"
+                ) from None
     return RunResult(run_id, run_dir, summary)
+
+
+@contextlib.contextmanager
+def _own_folder(run_dir: Path, checkpoint_bytes: int, *, fresh: bool, resuming: bool) -> Iterator[None]:
+    """The run folder checked and locked for the whole fit by the process that owns it (rank 0;
+    under torchrun or srun every rank hears the verdict): a second process there is refused. A
+    ``fresh`` run checks again, under the lock, that no run was written there since
+    :func:`_run_folder` looked (with ``resuming``, that no checkpoint to go on from appeared)."""
+    with contextlib.ExitStack() as stack:
+
+        def claim() -> None:
+            _check_folder(run_dir, checkpoint_bytes)
+            stack.enter_context(FolderLock(run_dir, "ktframe fit"))
+            if fresh and not (resuming and not (run_dir / "checkpoints" / "last.ckpt").is_file()):
+                check_unused(run_dir, sweep=False, resuming=False)
+
+        agree(claim)
+        yield
+
+
+def _finish(module: KMeansTransformerModule, cfg: DictConfig, config: dict, run_dir: Path, logger, best: Path, summary: dict[str, Any]) -> None:
+    """What rank 0 writes once training ended: the figures, the evaluation if asked for, the W&B
+    model, and last ``summary.json``, whose presence says the run is complete."""
+    wandb_run = logger.experiment if logger and cfg.logger.kind == "wandb" else None
+    _figures(module, cfg, run_dir, logger)
+    if cfg.eval.after_fit:
+        summary["eval"] = str(_evaluate_after_fit(best, run_dir / "eval", logger, config["eval"]))
+    if wandb_run is not None:
+        if cfg.logger.log_model:
+            _log_model(wandb_run, best, summary)
+        # wandb records offline mode as "dryrun" in its settings (0.31), as "offline" in older versions
+        if wandb_run.settings.mode in ("offline", "dryrun"):
+            summary["wandb_sync"] = f"wandb sync {wandb_run.dir.rsplit('/files', 1)[0]}"
+    write_atomically(run_dir / "summary.json", [json.dumps(summary, indent=2)])
 
 
 def _evaluate_after_fit(best: Path, out: Path, logger, settings: dict[str, Any]) -> Path:
