@@ -44,7 +44,8 @@ from ktframe.plugin.manager import BUILTIN_PLUGINS, PluginLoadWarning
 from ktframe.plugin.variant import Variant, exact_tolerance
 
 # Entry-point names, in the order the plugin manager loads them; each registers the variant of its name.
-FIRST_PARTY = ("kmedoids", "lloyd", "lloyd-dot", "robust", "soft", "spherical", "trimmed")
+# ktframe's own variants: entry points of the ktframe distribution, in the order of their names
+FIRST_PARTY = ("kmedoids", "learned", "lloyd", "lloyd-dot", "robust", "soft", "spherical", "trimmed")
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def test_third_party_plugin_is_listed_with_its_distribution(cli):
         "registers": {"score": ["manhattan"], "map": ["uniform"], "variant": ["good-lloyd"]},
     }
     variants = {v["name"]: v for v in info["variants"]}
-    assert sorted(variants) == sorted(["good-lloyd", "learned", *FIRST_PARTY])
+    assert sorted(variants) == sorted(["good-lloyd", *FIRST_PARTY])
     assert variants["good-lloyd"]["plugin"] == "good"
     assert variants["good-lloyd"]["distribution"] == "ktframe-good-plugin"
     assert variants["good-lloyd"]["classical"] == "Lloyd's algorithm"
@@ -249,7 +250,7 @@ def test_broken_plugins_are_reported_and_the_rest_still_load(cli):
     # the built-ins, the good plugin and the first-party variants still load ...
     assert_builtins(info)
     assert plugin_names(info) == [*BUILTIN_PLUGINS, "good", *FIRST_PARTY]
-    assert sorted(v["name"] for v in info["variants"]) == sorted(["good-lloyd", "learned", *FIRST_PARTY])
+    assert sorted(v["name"] for v in info["variants"]) == sorted(["good-lloyd", *FIRST_PARTY])
     assert "manhattan" in registered(info, "score")
     # ... and nothing of the plugin that raised halfway is left, not even what its other hook registered
     assert "halfway" not in registered(info, "variant")
@@ -391,7 +392,7 @@ def test_hook_with_wrong_arguments_is_a_one_line_error(installed):
 def test_unknown_variant_lists_the_valid_ones_and_the_closest(cli):
     line = assert_one_line_error(cli["unknown-variant"], "verify")
     assert "unknown variant 'good-loyd'" in line
-    assert f"expected one of: {', '.join(sorted(['good-lloyd', 'learned', *FIRST_PARTY]))}" in line
+    assert f"expected one of: {', '.join(sorted(['good-lloyd', *FIRST_PARTY]))}" in line
     assert line.endswith("(did you mean 'good-lloyd'?)")
 
 
@@ -405,14 +406,15 @@ def test_unknown_component_suggests_a_third_party_one(installed):
 # (7) disabling entry-point plugins --------------------------------------------------------------
 
 
-def test_disable_all_keeps_only_the_builtins(cli):
+def test_disable_all_keeps_only_ktframe_itself(cli):
     run = cli["disable-all"]
     assert run.returncode == 0, run  # strict, yet the broken plugin is never imported
     info = run.json()
-    assert plugin_names(info) == list(BUILTIN_PLUGINS)
+    # The built-in components and ktframe's own variants; no other distribution's plugin ran.
+    assert plugin_names(info) == [*BUILTIN_PLUGINS, *FIRST_PARTY]
     assert_builtins(info)
-    # Only the built-in trainable variant: no entry-point plugin ran.
-    assert [v["name"] for v in info["variants"]] == ["learned"] and info["failures"] == []
+    assert sorted(v["name"] for v in info["variants"]) == sorted(FIRST_PARTY) and info["failures"] == []
+    assert all(v["distribution"] == "ktframe" for v in info["variants"])
     assert "manhattan" not in registered(info, "score")
 
 
@@ -422,7 +424,7 @@ def test_disable_a_list_skips_just_those(cli):
     info = run.json()
     rest = [name for name in FIRST_PARTY if name != "lloyd-dot"]
     assert plugin_names(info) == [*BUILTIN_PLUGINS, "good", *rest]
-    assert sorted(v["name"] for v in info["variants"]) == sorted(["good-lloyd", "learned", *rest])
+    assert sorted(v["name"] for v in info["variants"]) == sorted(["good-lloyd", *rest])
     assert "sqnorm" not in registered(info, "embedding")  # lloyd-dot's embedding went with it
     assert info["failures"] == []
 
@@ -430,9 +432,9 @@ def test_disable_a_list_skips_just_those(cli):
 def test_disabled_plugins_leave_unknown_variant_errors_helpful(installed):
     installed(GOOD, strict=True, disable="1")
     with pytest.raises(UnknownNameError) as raised:
-        pluginmanager.registry().get("variant", "lloyd")
-    # Only the built-in trainable variant is left to suggest.
-    assert str(raised.value) == "unknown variant 'lloyd'; expected one of: learned"
+        pluginmanager.registry().get("variant", "good-lloyd")
+    # ktframe's own variants are left to suggest, the closest first.
+    assert str(raised.value) == f"unknown variant 'good-lloyd'; expected one of: {', '.join(sorted(FIRST_PARTY))} (did you mean 'lloyd'?)"
 
 
 # The register callbacks ---------------------------------------------------------------------------

@@ -697,11 +697,11 @@ def test_strict_mode_makes_a_registration_failure_a_one_line_error(plugin_runs):
     assert "plugin 'broken-register' from distribution ktframe-broken-register failed at register" in line
 
 
-def test_no_plugins_runs_the_core_alone(plugin_runs):
+def test_no_plugins_runs_ktframe_alone(plugin_runs):
     run = plugin_runs["no-plugins"]
     assert run.returncode == 0, run  # strict, yet the plugin that fails to import is never imported
     info = run.json()
-    assert info["failures"] == [] and [v["name"] for v in info["variants"]] == ["learned"]
+    assert info["failures"] == [] and "learned" in [v["name"] for v in info["variants"]]
     assert all(p["distribution"] == "ktframe" for p in info["plugins"])
     assert info == plugin_runs["env-disabled"].json()  # the switch is KTFRAME_DISABLE_PLUGINS=1
 
