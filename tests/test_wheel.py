@@ -66,7 +66,7 @@ def test_the_wheel_installed_into_a_fresh_venv_runs_every_command(tmp_path):
     env = {key: value for key, value in cli_env(work).items() if key != "PYTHONPATH"}
 
     def ktframe(*args: str) -> subprocess.CompletedProcess:
-        done = subprocess.run([str(env_dir / "bin" / "ktframe"), *args], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run([str(env_dir / "bin" / "ktframe"), *args], cwd=work, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"ktframe {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}"
         return done
 

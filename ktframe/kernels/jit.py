@@ -3,13 +3,14 @@
 A function decorated with :func:`kernel` stays a plain Python function until some kernel is first
 called: importing a module of kernels imports no numba, compiles nothing and reads or writes no
 file. That first call imports numba and turns every kernel declared so far into a numba
-dispatcher, bound in its module in place of the declaration (and each module's :data:`prange` in
-place of numba's), so that a kernel that calls another, or inlines it (``inline="always"``), finds
-a dispatcher there, as numba requires. numba itself is configured by nothing here.
+dispatcher, bound in its module in place of the declaration (and numba's ``prange`` in place of
+this module's :data:`prange`), so that a kernel that calls another, or inlines it
+(``inline="always"``), finds a dispatcher there, as numba requires. numba itself is configured by
+nothing here.
 
-Compiled kernels are cached under ``numba/`` in the first of ``$KTFRAME_CACHE_DIR``,
-``$XDG_CACHE_HOME/ktframe`` and ``~/.cache/ktframe`` that is set, decided at that first call; never
-beside the installed sources, which may be read-only or shared. Where that folder cannot be made
+Compiled kernels are cached under ``numba/`` in ``$KTFRAME_CACHE_DIR`` if set, else in
+``$XDG_CACHE_HOME/ktframe`` if that is an absolute path, else in ``~/.cache/ktframe``, as the
+environment says at that first call; never beside the installed sources, which may be read-only or shared. Where that folder cannot be made
 or written, the kernels compile in memory, in every process anew; a cache file that cannot be read
 or written is likewise compiled instead (:mod:`ktframe.kernels.cache`).
 """
