@@ -13,8 +13,8 @@ matplotlib.use("Agg")  # files only: no display is needed or assumed
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from ktframe.core.io import write_atomically  # noqa: E402
 from ktframe.core import reference  # noqa: E402
+from ktframe.core.io import write_atomically  # noqa: E402
 from ktframe.plugin import manager as pluginmanager  # noqa: E402
 from ktframe.plugin.build import build_model  # noqa: E402
 
