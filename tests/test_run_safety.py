@@ -62,9 +62,10 @@ def run_in(args: list[str], cwd: Path, home: Path, preexec=None) -> subprocess.C
     the compiled kernels, are warm: a fresh one takes a minute to fill) and ``preexec`` run in the
     child before it starts."""
     command = [sys.executable, "-m", "ktframe.cli.main", *args]
-    return subprocess.run(
-        command, cwd=cwd, env=cli_env(home, ONE_THREAD), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, preexec_fn=preexec
-    )
+    # A child under a limit (a file size, say) must not write Python's bytecode caches into the
+    # checkout: cut short by the limit, they would break the next import of ktframe.
+    env = cli_env(home, {**ONE_THREAD, **({"PYTHONDONTWRITEBYTECODE": "1"} if preexec else {})})
+    return subprocess.run(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, preexec_fn=preexec)
 
 
 def file_size_limit(limit: int):
