@@ -79,7 +79,7 @@ def run(args) -> int:
 
 def _multirun(args) -> int:
     from ktframe.training import multirun
-    from ktframe.training.run import new_run_id
+    from ktframe.training.folders import new_run_id
 
     sweep = multirun.plan(args.overrides, lambda: f"multirun-{new_run_id()}")
     flags = [*(["--no-plugins"] if args.no_plugins else []), *(["--debug"] if args.debug else [])]
