@@ -259,7 +259,7 @@ def test_torchrun_ranks_share_one_run_and_validate_an_odd_task_count_exactly(tmp
     result = summary(run_dir)
     assert result["world_size"] == 2 and result["global_step"] == 20 and run_dir.name == result["run_id"]
     assert [line for line in done.stdout.splitlines() if line.startswith("run ")] == [
-        f"run {result['run_id']}: 20 steps, best val/ratio {result['best_val_ratio']}, folder {run_dir}"
+        f"run {result['run_id']}: 20 steps ({result['seconds']:.0f} s of training), best val/ratio {result['best_val_ratio']:.4f}"
     ]
 
     from ktframe.learning.config import load_config

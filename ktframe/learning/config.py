@@ -123,6 +123,9 @@ class TrainerConfig:
     seed: int = key(0, "seed of the weights, dropout and (by default) the training tasks")
     progress_bar: bool = key(True, "show a progress bar")
     early_stopping: Optional[int] = key(None, "stop when val/ratio has not improved for this many validations; null: never")
+    threads: Optional[int] = key(
+        None, "PyTorch's intra-op threads in the fit; null: one for a small model (as the quick preset's), else PyTorch's own (OMP_NUM_THREADS, the cores)"
+    )
 
 
 @dataclass
@@ -360,6 +363,8 @@ def check_values(cfg: DictConfig) -> None:
         raise _value_error("model.dropout", cfg.model.dropout, "a number in [0, 1)")
     if not 0 < cfg.optim.plateau_factor < 1:
         raise _value_error("optim.plateau_factor", cfg.optim.plateau_factor, "a number in (0, 1)")
+    if cfg.trainer.threads is not None and cfg.trainer.threads < 1:
+        raise _value_error("trainer.threads", cfg.trainer.threads, "null (ktframe's choice) or an integer >= 1")
     if cfg.model.scale is not None and not (math.isfinite(cfg.model.scale) and cfg.model.scale > 0):
         raise _value_error("model.scale", cfg.model.scale, "null (for 1/sqrt(d_emb)) or a positive number")
     if cfg.data.k > cfg.data.n:

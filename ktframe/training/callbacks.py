@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import lightning as L
+from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from ktframe.learning.seeds import seed_step
 
@@ -30,3 +34,29 @@ class SeedEachStep(L.Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, module, batch, batch_idx: int) -> None:
         seed_step(self.seed, trainer.global_rank, trainer.global_step)
+
+
+class StepProgressBar(TQDMProgressBar):
+    """Lightning's tqdm bar counting the run's steps up to ``trainer.max_steps`` (the tasks are an
+    endless stream: an epoch never ends), on standard error as ktframe's other bars are, drawn
+    only on a terminal. Validation draws no bar of its own: the step bar shows its ratio."""
+
+    def init_train_tqdm(self) -> Tqdm:
+        return Tqdm(desc="fit", unit="step", disable=True if self.is_disabled else None, leave=True, dynamic_ncols=True, file=sys.stderr, smoothing=0)
+
+    def init_validation_tqdm(self) -> Tqdm:
+        return Tqdm(disable=True)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, *_) -> None:
+        self.train_progress_bar.reset(total=trainer.max_steps)
+        self.train_progress_bar.update(trainer.global_step)  # a resumed run goes on from its step
+
+    def on_train_batch_end(self, trainer: L.Trainer, module, outputs, batch, batch_idx: int) -> None:
+        if self._should_update(trainer.global_step, self.train_progress_bar.total):
+            self.train_progress_bar.update(trainer.global_step - self.train_progress_bar.n)
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, module))
+
+    def get_metrics(self, trainer: L.Trainer, module) -> dict:
+        metrics = super().get_metrics(trainer, module)
+        metrics.pop("v_num", None)  # the logger's version: the run id, printed already
+        return metrics

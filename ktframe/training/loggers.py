@@ -1,5 +1,7 @@
-"""The loggers of a fit: CSV, TensorBoard or W&B (offline without an API key, and offline again when
-W&B cannot start online), and the W&B model artifact of the best checkpoint."""
+"""The loggers of a fit: its metrics' history in ``csv/metrics.csv``, which every run keeps (what
+``ktframe report`` draws training curves from), and the logger of ``logger.kind`` beside it:
+TensorBoard or W&B (offline without an API key, and offline again when W&B cannot start online),
+with the W&B model artifact of the best checkpoint."""
 
 from __future__ import annotations
 
@@ -34,12 +36,6 @@ def make_logger(cfg: DictConfig, run_id: str, run_dir: Path):
         package, install = _LOGGER_PACKAGES[kind]
         if importlib.util.find_spec(package) is None:
             raise InputError(f"logger.kind={kind} needs the {package} package, which is not installed; expected `{install}`, or logger.kind=csv or none")
-    if kind == "csv":
-        from lightning.pytorch.loggers import CSVLogger
-
-        # Rows reach the disk as they are logged, so that a killed run keeps those up to its last
-        # checkpoint and a resumed one goes on from them.
-        return CSVLogger(save_dir=str(run_dir), name="csv", version="", flush_logs_every_n_steps=1)
     if kind == "tensorboard":
         from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -51,14 +47,23 @@ def make_logger(cfg: DictConfig, run_id: str, run_dir: Path):
                 "logger.mode=online needs a W&B API key (WANDB_API_KEY or `wandb login`) and none is set; expected logger.mode=auto or offline to log offline and sync later"
             )
         return wandb_logger(cfg, run_id, run_dir, offline=mode == "offline" or (mode == "auto" and not wandb_has_key()))
-    return False  # "none": the config's values were checked when it was loaded
+    return False  # csv or none: the history alone; the config's values were checked when it was loaded
+
+
+def history_logger(run_dir: Path):
+    """The CSV logger of the metrics' history, ``RUN/csv/metrics.csv``. Rows reach the disk as they
+    are logged, so that a killed run keeps those up to its last checkpoint and a resumed one goes
+    on from them (:func:`keep_csv_rows`)."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    return CSVLogger(save_dir=str(run_dir), name="csv", version="", flush_logs_every_n_steps=1)
 
 
 def wandb_logger(cfg: DictConfig, run_id: str, run_dir: Path, *, offline: bool):
     import wandb
     from lightning.pytorch.loggers import WandbLogger
 
-    return WandbLogger(
+    logger = WandbLogger(
         project=cfg.logger.project,
         entity=cfg.logger.entity,
         name=cfg.name or run_id,
@@ -70,8 +75,14 @@ def wandb_logger(cfg: DictConfig, run_id: str, run_dir: Path, *, offline: bool):
         tags=list(cfg.logger.tags) or None,
         job_type=cfg.logger.job_type,
         notes=cfg.logger.notes,
-        settings=wandb.Settings(init_timeout=cfg.logger.init_timeout),
+        # silent: W&B's own console lines (its version, the run's folder, the history, how to sync)
+        # are replaced by ktframe's: where the run logs as it starts, how to upload it in the summary.
+        settings=wandb.Settings(init_timeout=cfg.logger.init_timeout, silent=True),
     )
+    # Lightning (2.6) passes anonymous=None to wandb.init, which W&B (0.19+) answers with a
+    # deprecation warning whatever its value: the argument is left out.
+    getattr(logger, "_wandb_init", {}).pop("anonymous", None)
+    return logger
 
 
 def start_wandb(logger, cfg: DictConfig, run_id: str, run_dir: Path):

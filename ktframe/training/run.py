@@ -1,15 +1,19 @@
 """``train(cfg)``: one training run, from a resolved config to a run folder.
 
 The run folder holds the resolved config, checkpoints (``last.ckpt`` and ``best.ckpt``, loadable
-with ``weights_only=True``), the logger's files and ``summary.json``. Which folder, which run id and
-which checkpoint to go on from are decided once, the same on every rank
-(:mod:`ktframe.training.folders`).
+with ``weights_only=True``), the metrics' history (``csv/metrics.csv``), the logger's files and
+``summary.json``. Which folder, which run id and which checkpoint to go on from are decided once,
+the same on every rank (:mod:`ktframe.training.folders`). While it runs, PyTorch computes on the
+fit's own number of threads and Lightning's informational lines are held back
+(:mod:`ktframe.training.console`); both are put back when it returns.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +29,14 @@ from ktframe.learning.config import to_dict, trainer_extras
 from ktframe.learning.data import TaskDataModule
 from ktframe.learning.module import KMeansTransformerModule
 from ktframe.plugin.manager import registry
-from ktframe.training.callbacks import SeedEachStep, ValidateLastStep
+from ktframe.training import console
+from ktframe.training.callbacks import SeedEachStep, StepProgressBar, ValidateLastStep
 from ktframe.training.finish import finish
 from ktframe.training.folders import CHECKPOINT_ENV, RUN_DIR_ENV, RUN_ID_ENV, checkpoint_bytes, make_run_folder, own_run_folder, resolve_run
 from ktframe.training.launch import agree
-from ktframe.training.loggers import keep_csv_rows, make_logger, start_wandb
+from ktframe.training.loggers import history_logger, keep_csv_rows, make_logger, start_wandb
 from ktframe.training.preemption import Preemption
+from ktframe.training.relative import RunCheckpoint, relative, stored_config
 
 # The config keys that fix the model's weights: a run cannot go on under other values of them.
 WEIGHT_KEYS = ("model.variant", "data.d", "data.k", "model.n_layers", "model.embedding", "model.score", "model.attention_map", "model.norm", "model.options")
@@ -43,15 +49,19 @@ class RunResult:
     summary: dict[str, Any]
 
 
-def train(cfg: DictConfig) -> RunResult:
+def train(cfg: DictConfig, *, quiet: bool = False) -> RunResult:
+    """Train the run ``cfg`` describes. ``quiet``: no progress bar and none of ktframe's own lines
+    on standard error (errors and warnings still)."""
     run_id, run_dir, ckpt = agree(lambda: resolve_run(cfg))
     launched = bool(os.environ.get(RUN_DIR_ENV))  # a rank that Lightning's DDP started: its parent made the folder
     # For the processes Lightning's DDP launches (they re-run this command): same id, same folder,
     # same checkpoint. Restored afterwards, so that another train() in this process starts afresh.
     saved = {name: os.environ.get(name) for name in (RUN_ID_ENV, RUN_DIR_ENV, CHECKPOINT_ENV)}
     os.environ.update({RUN_ID_ENV: run_id, RUN_DIR_ENV: str(run_dir), CHECKPOINT_ENV: str(ckpt or "")})
+    count, why = console.thread_count(cfg)
     try:
-        return _train(cfg, run_id, run_dir, ckpt, make_folder=not launched)
+        with console.threads(count), console.quiet_lightning():
+            return _train(cfg, run_id, run_dir, ckpt, make_folder=not launched, quiet=quiet, threads=f"{count} thread{'s' * (count > 1)} ({why})")
     finally:
         for name, value in saved.items():
             if value is None:
@@ -60,27 +70,29 @@ def train(cfg: DictConfig) -> RunResult:
                 os.environ[name] = value
 
 
-def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, make_folder: bool) -> RunResult:
+def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, make_folder: bool, quiet: bool, threads: str) -> RunResult:
+    started = time.monotonic()
     cfg.run_id = run_id
-    config = to_dict(cfg)
+    config = stored_config(to_dict(cfg), run_dir)
     L.seed_everything(cfg.trainer.seed, workers=True, verbose=False)
     module = KMeansTransformerModule(config)
     registry().get("initializer", cfg.data.init)  # what a user can get wrong is found before the run folder exists
     checkpoint = _starting_weights(cfg, module, ckpt)
     start_step = 0 if checkpoint is None else checkpoint.get("global_step", 0)
-    data = TaskDataModule(cfg.data, start_step=start_step)
+    data = _CombinedTasks(cfg.data, start_step=start_step)
     best, callbacks, preemption = _callbacks(cfg, run_dir)
-    logger = make_logger(cfg, run_id, run_dir)
+    logger, history = make_logger(cfg, run_id, run_dir), history_logger(run_dir)
     owned = own_run_folder(run_dir, checkpoint_bytes(module), fresh=ckpt is None, resuming=cfg.resume == "auto")
     with owned if make_folder else contextlib.nullcontext():
         # After the lock: a refusal is then the one line on stderr, before Lightning's greeting.
-        trainer = make_trainer(cfg, logger, callbacks, run_dir)
+        trainer = make_trainer(cfg, [logger, history], callbacks, run_dir, progress_bar=cfg.trainer.progress_bar and not quiet)
         try:
             if trainer.is_global_zero:
                 make_run_folder(cfg, run_dir)
-                logger = _start_logging(logger, cfg, config, run_id, run_dir, resumed_at=start_step if ckpt else None)
-                if logger:
-                    trainer.logger = logger  # W&B may have fallen back to offline: another logger
+                what = f"{'resuming' if ckpt else 'training'} {cfg.model.variant} (preset {cfg.preset}) for {cfg.trainer.max_steps} steps on {threads}"
+                console.say(f"run {run_id} in {run_dir}: {what}", quiet)
+                logger = _start_logging(logger, history, cfg, config, run_id, run_dir, resumed_at=start_step if ckpt else None, quiet=quiet)
+                trainer.loggers = [one for one in (logger, history) if one]  # W&B may have fallen back to offline: another logger
             with preemption:
                 # weights_only here too: left unset, Lightning's load obeys TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
                 trainer.fit(module, datamodule=data, ckpt_path=str(ckpt) if ckpt else None, weights_only=True)
@@ -91,6 +103,7 @@ def _train(cfg: DictConfig, run_id: str, run_dir: Path, ckpt: Path | None, *, ma
                 f"{exc.filename or run_dir}: cannot write ({exc.strerror or exc}); expected free space and a writable run folder, then resume=auto to go on from the last checkpoint"
             ) from None
         summary = _summary(trainer, best, run_id, run_dir)
+        summary["seconds"] = round(time.monotonic() - started, 1)
         if trainer.is_global_zero:
             try:
                 finish(module, cfg, config, run_dir, logger, Path(best.best_model_path), summary)
@@ -136,7 +149,7 @@ def _callbacks(cfg: DictConfig, run_dir: Path) -> tuple[ModelCheckpoint, list, P
     preemption handler among them."""
     # Two checkpoint callbacks: Lightning (2.6) writes a save_last checkpoint only when the
     # monitored one improved, and resuming needs the latest state after every validation.
-    best = ModelCheckpoint(
+    best = RunCheckpoint(
         dirpath=run_dir / "checkpoints",
         filename="best",
         monitor="val/ratio",
@@ -145,7 +158,7 @@ def _callbacks(cfg: DictConfig, run_dir: Path) -> tuple[ModelCheckpoint, list, P
         auto_insert_metric_name=False,
         enable_version_counter=False,
     )
-    latest = ModelCheckpoint(dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False)
+    latest = RunCheckpoint(dirpath=run_dir / "checkpoints", filename="last", save_top_k=1, enable_version_counter=False)
     preemption = Preemption(run_dir / "checkpoints" / "last.ckpt", cfg.trainer.val_every)
     callbacks = [best, latest, ValidateLastStep(), SeedEachStep(cfg.trainer.seed), preemption]
     if cfg.trainer.early_stopping is not None:
@@ -153,15 +166,19 @@ def _callbacks(cfg: DictConfig, run_dir: Path) -> tuple[ModelCheckpoint, list, P
     return best, callbacks, preemption
 
 
-def _start_logging(logger, cfg: DictConfig, config: dict, run_id: str, run_dir: Path, *, resumed_at: int | None):
-    """Rank 0's logger, started: W&B online or, failing that, offline; a resumed CSV log keeps the
-    rows logged up to its checkpoint; the config as hyperparameters."""
+def _start_logging(logger, history, cfg: DictConfig, config: dict, run_id: str, run_dir: Path, *, resumed_at: int | None, quiet: bool):
+    """Rank 0's loggers, started: W&B online or, failing that, offline (said in one line); a
+    resumed history keeps the rows logged up to its checkpoint; the config as hyperparameters."""
     if logger and cfg.logger.kind == "wandb":
         logger = start_wandb(logger, cfg, run_id, run_dir)
-    if logger and cfg.logger.kind == "csv" and resumed_at is not None:
-        keep_csv_rows(logger, before_step=resumed_at)  # before anything creates the CSV writer
-    if logger:
-        logger.log_hyperparams(config)
+        run = logger.experiment
+        offline = run.settings.mode in ("offline", "dryrun")  # "dryrun" in wandb's settings (0.31), "offline" in older versions
+        console.say(f"W&B logs offline into {run.dir.rsplit('/files', 1)[0]} (the summary says how to upload it)" if offline else f"W&B run {run.url}", quiet)
+    if resumed_at is not None:
+        keep_csv_rows(history, before_step=resumed_at)  # before anything creates the CSV writer
+    for one in (logger, history):
+        if one:
+            one.log_hyperparams(config)
     return logger
 
 
@@ -183,16 +200,41 @@ def _summary(trainer: L.Trainer, best: ModelCheckpoint, run_id: str, run_dir: Pa
         "global_step": trainer.global_step,
         "world_size": trainer.world_size,
         "rank": trainer.global_rank,  # the CLI reports on rank 0 only
-        "best_checkpoint": best.best_model_path,
-        "last_checkpoint": str(run_dir / "checkpoints" / "last.ckpt"),
+        "best_checkpoint": relative(best.best_model_path, run_dir) if best.best_model_path else None,
+        "last_checkpoint": "checkpoints/last.ckpt",
         "best_val_ratio": float(best.best_model_score) if best.best_model_score is not None else None,
         "metrics": {name: float(value) for name, value in trainer.callback_metrics.items()},
     }
 
 
-def make_trainer(cfg: DictConfig, logger, callbacks: list, run_dir: Path) -> L.Trainer:
+class _CombinedTasks(TaskDataModule):
+    """The run's task data, its loaders handed to Lightning combined as Lightning combines them
+    itself, but without the FutureWarning that Lightning's combining (2.6) draws from PyTorch
+    (2.10+: ``isinstance(treespec, LeafSpec)`` is deprecated) on the console of every fit."""
+
+    def train_dataloader(self):
+        return _combined(super().train_dataloader(), "max_size_cycle")
+
+    def val_dataloader(self):
+        return _combined(super().val_dataloader(), "sequential")
+
+
+def _combined(loader, mode: str):
+    from lightning.pytorch.utilities import CombinedLoader
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", category=FutureWarning)
+        return CombinedLoader(loader, mode)
+
+
+def make_trainer(cfg: DictConfig, logger, callbacks: list, run_dir: Path, *, progress_bar: bool | None = None) -> L.Trainer:
     """The Trainer of a run, writing and reading checkpoints through :class:`AtomicCheckpointIO`.
-    ``trainer.KEY`` values other than ktframe's own are Lightning Trainer arguments, passed as given."""
+    ``trainer.KEY`` values other than ktframe's own are Lightning Trainer arguments, passed as given.
+    ``logger``: one, a list, or False; ``progress_bar`` (default ``trainer.progress_bar``): the
+    steps' bar (:class:`StepProgressBar`)."""
+    progress_bar = cfg.trainer.progress_bar if progress_bar is None else progress_bar
+    if isinstance(logger, list):
+        logger = [one for one in logger if one] or False
     settings = dict(
         max_steps=cfg.trainer.max_steps,
         val_check_interval=cfg.trainer.val_every,
@@ -204,11 +246,11 @@ def make_trainer(cfg: DictConfig, logger, callbacks: list, run_dir: Path) -> L.T
         num_nodes=cfg.trainer.num_nodes,
         precision=cfg.trainer.precision,
         logger=logger,
-        callbacks=callbacks,
+        callbacks=[*callbacks, *([StepProgressBar()] if progress_bar else [])],
         plugins=[AtomicCheckpointIO()],
         log_every_n_steps=cfg.trainer.log_every,
         default_root_dir=str(run_dir),
-        enable_progress_bar=cfg.trainer.progress_bar,
+        enable_progress_bar=progress_bar,
         enable_model_summary=False,
     )
     extras = trainer_extras(cfg)
