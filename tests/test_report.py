@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 from test_training import ok, one_line_error, run_cli
 
-from ktframe.cli.main import build_parser
+from ktframe.cli.main import build_parser, main
 
 RATIOS = {"a": 0.9, "b": 1.0, "deep/group/c": 1.1}  # run folder → val/ratio; one run two levels down
 ARIS = {"a": 0.7, "b": 0.8}  # the third run has no val/ari
@@ -319,9 +319,12 @@ def test_bad_input_is_one_line_and_writes_nothing(bad_input: dict, case: str) ->
     assert not list(folder.rglob("report.*"))
 
 
-def test_help_lists_the_command() -> None:
+def test_help_lists_the_command(capsys: pytest.CaptureFixture[str]) -> None:
     """The command's help text goes through argparse's %-formatting: a bare % would break ``ktframe --help``."""
-    assert "report" in build_parser().format_help()
+    assert "95 % interval" in build_parser().format_help()
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    assert "--by KEYS" in capsys.readouterr().out
 
 
 def test_by_groups_the_runs_by_config_values(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from test_training import REPO, TINY, csv_rows, fit, logged, ok, one_line_error,
 from wandb.sdk.launch.sweeps import utils as sweep_utils
 from wandb_records import records
 
-from ktframe.learning.config import describe_keys
+from ktframe.learning.config import describe_keys, load_config
 
 # The evaluation protocol, shrunk: 8 tasks at two n, 5 steps.
 SMALL_EVAL = ["eval.tasks=8", "eval.batch_size=4", "eval.steps=5", "eval.ns=[16,32]"]
@@ -207,13 +207,17 @@ def test_any_trainer_argument_reaches_lightning_and_early_stopping_stops(tmp_pat
     assert saved.trainer.gradient_clip_val == 0.5 and saved.trainer.profiler == "simple"
 
 
-def test_fit_help_lists_every_config_key_with_type_default_and_meaning(tmp_path):
-    text = ok(run_cli(["fit", "--help"], tmp_path, timeout=120)).stdout
+@pytest.mark.parametrize("preset, n", [(None, "128"), ("paper", "512")])
+def test_fit_help_lists_every_config_key_with_type_the_runs_value_and_meaning(tmp_path, preset, n):
+    """The values the run would use, the preset's (quick by default), not the schema's defaults."""
+    given = [f"preset={preset}"] if preset else []
+    text = ok(run_cli(["fit", *given, "--help"], tmp_path, timeout=120)).stdout
     lines = {line.split()[0]: line for line in text.splitlines() if line.startswith("  ") and line.split()}
-    for key, kind, default, meaning in describe_keys():
+    for key, kind, value, meaning in describe_keys(values=load_config(given)):
         assert key in lines, key
-        assert kind in lines[key] and default in lines[key] and meaning in lines[key], lines[key]
-    assert "trainer.KEY" in lines and "quick" in text
+        assert kind in lines[key] and value in lines[key] and meaning in lines[key], lines[key]
+    assert lines["data.n"].split()[2] == n and lines["preset"].split()[2] == (preset or "quick")
+    assert "trainer.KEY" in lines
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from ktframe.learning.config import load_config, to_yaml
-
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("config", help="show the resolved training config")
+    p = commands.add_parser("config")
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = sub.add_parser("show", help="print the config that `ktframe fit` would use")
     show.add_argument("overrides", nargs="*", metavar="key=value")
@@ -14,5 +12,7 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> int:
+    from ktframe.learning.config import load_config, to_yaml
+
     print(to_yaml(load_config(args.overrides)), end="")
     return 0

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 
 from ktframe.core.errors import InputError
-from ktframe.learning.config import describe_keys, load_config, presets
 
 
 def _positive(text: str) -> int:
@@ -20,15 +21,22 @@ def _positive(text: str) -> int:
     return value
 
 
-def _keys_help() -> str:
-    rows = list(describe_keys())
+def epilog(overrides: Sequence[str]) -> str:
+    """What ``ktframe fit [key=value ...] --help`` lists below the options: every config key with
+    the value the run of these overrides would use (the preset's, else the schema's default)."""
+    from ktframe.learning.config import describe_keys, load_config, presets
+
+    overrides = [item for item in overrides if "," not in item]  # a sweep's lists: its keys show the preset's values
+    cfg = load_config(overrides)
+    rows = list(describe_keys(values=cfg))
     width = max(len(key) for key, *_ in rows)
-    lines = [f"  {key:<{width}}  {kind:<13} {default:<12} {meaning}" for key, kind, default, meaning in rows]
+    lines = [f"  {key:<{width}}  {kind:<13} {value:<12} {meaning}" for key, kind, value, meaning in rows]
+    given = " ".join(item for item in overrides if not item.startswith("preset="))
     return "\n".join(
         [
             f"presets: {', '.join(presets())} (preset=NAME; or preset=path/to/file.yaml)",
             "",
-            "config keys (key=value; type, default of the schema before the preset, meaning):",
+            f"config keys (key=value, as trainer.max_steps=20; type, value of this run: preset {cfg.preset}{f' with {given}' if given else ''}; meaning):",
             *lines,
             f"  {'trainer.KEY':<{width}}  {'any':<13} {'-':<12} any other argument of Lightning's Trainer, e.g. trainer.gradient_clip_val=1.0",
             "",
@@ -41,8 +49,7 @@ def _keys_help() -> str:
 def add_parser(commands) -> None:
     p = commands.add_parser(
         "fit",
-        help="train a k-means transformer; preset=NAME picks a preset (default: quick)",
-        epilog=_keys_help(),
+        description="Train a k-means transformer. `ktframe fit preset=paper --help` lists the values that preset runs.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. preset=paper optim.lr=0.001 trainer.devices=2")
@@ -58,6 +65,7 @@ def run(args) -> int:
         raise InputError("--jobs needs -m: it is the number of a multirun's runs at once")
     if args.multirun:
         return _multirun(args)
+    from ktframe.learning.config import load_config
     from ktframe.training.multirun import refuse_sweeps
 
     refuse_sweeps(args.overrides)
@@ -66,15 +74,31 @@ def run(args) -> int:
     from ktframe.training.run import train
 
     try:
-        result = train(cfg)
+        result = train(cfg, quiet=args.quiet)
     except Preempted as stop:  # not an error: the run is whole up to its checkpoint
         print(f"ktframe fit: {stop}", file=sys.stderr)
         return exit_code(stop.signum)
     if result.summary["rank"] == 0:  # under DDP every rank returns here; one report
-        print(f"run {result.run_id}: {result.summary['global_step']} steps, best val/ratio {result.summary['best_val_ratio']}, folder {result.run_dir}")
-        if "wandb_sync" in result.summary:
-            print(f"W&B ran offline; upload with: {result.summary['wandb_sync']}")
+        print(summary_text(result.summary, result.run_dir, cfg.data.val_tasks))
     return 0
+
+
+def summary_text(summary: dict, run_dir: Path, val_tasks: int) -> str:
+    """The few lines that end a fit: how it went, what the ratio means, where the run is
+    (``run_dir``), what to run next."""
+    ratio = summary["best_val_ratio"]
+    lines = [
+        f"run {summary['run_id']}: {summary['global_step']} steps ({summary['seconds']:.0f} s of training), best val/ratio {'-' if ratio is None else f'{ratio:.4f}'}",
+        f"  val/ratio: the k-means objective after the model's step over that after one step of Lloyd's algorithm from the same centers, on {val_tasks} validation tasks: below 1 beats Lloyd",
+        f"  folder {run_dir}: config.yaml, checkpoints/ (best.ckpt: the best val/ratio), csv/metrics.csv, figures/, summary.json",
+    ]
+    if "wandb_sync" in summary:
+        lines.append(f"  W&B ran offline; upload with: {summary['wandb_sync']}")
+    if "eval" in summary:
+        lines.append(f"  evaluated: {run_dir / summary['eval']}; next: ktframe report {run_dir}")
+    else:
+        lines.append(f"  next: ktframe eval {run_dir / 'checkpoints' / 'best.ckpt'}")
+    return "\n".join(lines)
 
 
 def _multirun(args) -> int:
@@ -82,7 +106,7 @@ def _multirun(args) -> int:
     from ktframe.training.folders import new_run_id
 
     sweep = multirun.plan(args.overrides, lambda: f"multirun-{new_run_id()}")
-    flags = [*(["--no-plugins"] if args.no_plugins else []), *(["--debug"] if args.debug else [])]
+    flags = [*(["--no-plugins"] if args.no_plugins else []), *(["--debug"] if args.debug else []), *(["--quiet"] if args.quiet else [])]
     failed = multirun.run(sweep, parallel=args.jobs or 1, cli_flags=flags)
     if failed:
         names = ", ".join(f"job {job.index} ({job.label()}, {job.run_dir}/fit.log)" for job in failed)

@@ -5,22 +5,27 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-from tqdm import tqdm
-
+from ktframe.cli import progress
 from ktframe.core.errors import InputError
 from ktframe.core.io import write_atomically
-from ktframe.experiments import gamma_sweep
+
+
+def epilog(_: Sequence[str]) -> str:
+    """The grids' sizes, under ``ktframe gamma-sweep --help``."""
+    from ktframe.experiments import gamma_sweep
+
+    return "grids: " + ", ".join(f"{name}: {grid.cells} cells" for name, grid in gamma_sweep.GRIDS.items())
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("gamma-sweep", help="the model at finite temperature against Lloyd over a grid of k, d, n and scale; a CSV and four heatmaps")
+    p = commands.add_parser("gamma-sweep")
     p.add_argument("--variant", default="soft", help="a registered variant that takes gamma (default: soft)")
     p.add_argument(
         "--grid", default="paper",
-        help=f"paper ({gamma_sweep.PAPER.cells} cells: the paper's grid), quick ({gamma_sweep.GRIDS['quick'].cells} cells: every third value of each axis but gamma), or a YAML file of the axes k, d, n, scale, gamma (default: paper)",
+        help="paper (the paper's grid), quick (every third value of each axis but gamma), or a YAML file of the axes k, d, n, scale, gamma (default: paper)",
     )  # fmt: skip
     p.add_argument("--out", default="gamma-sweep", help="folder for gamma-sweep.csv and the heatmaps (default: gamma-sweep)")
     p.add_argument("--seed", type=int, default=0, help="seed of the tasks (default: 0)")
@@ -38,6 +43,10 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> int:
+    import torch
+
+    from ktframe.experiments import gamma_sweep
+
     other = gamma_sweep.read_other(Path(args.against)) if args.against else None  # read before any cell runs
     folder = Path(args.out)
     if args.source:
@@ -48,7 +57,7 @@ def run(args) -> int:
         paths = gamma_sweep.write(rows, gamma_sweep.grid_of(rows), folder)
     else:
         chosen = gamma_sweep.grid(args.grid)
-        with tqdm(total=chosen.cells, desc=f"gamma-sweep {args.grid}", unit="cell", file=sys.stderr, disable=None) as bar:
+        with progress.bar(f"gamma-sweep {args.grid}", chosen.cells, "cell", quiet=args.quiet) as bar:
             try:
                 rows, paths = gamma_sweep.run(
                     args.variant, chosen, folder, seed=args.seed, dtype=getattr(torch, args.dtype), resume=args.resume, progress=bar.update

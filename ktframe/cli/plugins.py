@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 
-from ktframe.plugin import manager as pluginmanager
-from ktframe.plugin.variant import setting_json, setting_text
-
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("plugins", help="list installed plugins and what they register")
+    p = commands.add_parser("plugins")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
 
 def describe() -> dict:
+    from ktframe.plugin import manager as pluginmanager
+    from ktframe.plugin.variant import setting_json
+
     state = pluginmanager.state()
     registry = state.registry
     return {
@@ -40,6 +40,8 @@ def describe() -> dict:
 
 
 def run(args) -> int:
+    from ktframe.plugin.variant import setting_text
+
     info = describe()
     if args.json:
         print(json.dumps(info, indent=2))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import yaml
-from omegaconf import II, DictConfig, OmegaConf
+from omegaconf import II, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ktframe.clustering.baselines import BASELINES
@@ -225,12 +225,23 @@ def check_keys(values: Any, schema: Any = None, prefix: str = "") -> None:
             if schema is TrainerConfig:
                 _check_trainer_key(str(name))
                 continue
-            hint = closest(str(name), list(fields))
-            suggestion = f"; did you mean '{prefix}{hint}'?" if hint else f"; expected one of: {', '.join(fields)}"
+            hint = _section_of(str(name)) if schema is Config else None  # max_steps=20: trainer.max_steps
+            hint = hint or (f"{prefix}{close}" if (close := closest(str(name), list(fields))) else None)
+            suggestion = f"; did you mean '{hint}'?" if hint else f"; expected one of: {', '.join(fields)}"
             raise InputError(f"unknown config key '{prefix}{name}'{suggestion}")
         sub = fields[name].default_factory() if fields[name].default_factory is not dataclasses.MISSING else None
         if dataclasses.is_dataclass(sub):
             check_keys(value, type(sub), f"{prefix}{name}.")
+
+
+def _section_of(name: str) -> str | None:
+    """``section.name`` where ``name`` is a key of exactly one section of :class:`Config`."""
+    found = [
+        f"{f.name}.{name}"
+        for f in dataclasses.fields(Config)
+        if dataclasses.is_dataclass(f.default_factory) and name in {g.name for g in dataclasses.fields(f.default_factory)}
+    ]
+    return found[0] if len(found) == 1 else None
 
 
 def trainer_extras(cfg: DictConfig) -> dict[str, Any]:
@@ -463,13 +474,17 @@ def to_dict(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
 
 
-def describe_keys(schema: Any = Config, prefix: str = "") -> Iterator[tuple[str, str, str, str]]:
-    """``(key, type, default, meaning)`` of every config key, sections flattened."""
+def describe_keys(schema: Any = Config, prefix: str = "", values: DictConfig | None = None) -> Iterator[tuple[str, str, str, str]]:
+    """``(key, type, value, meaning)`` of every config key, sections flattened: its value in
+    ``values`` (a resolved config: what a run of it uses), else the schema's default."""
     for f in dataclasses.fields(schema):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if dataclasses.is_dataclass(default):
-            yield from describe_keys(type(default), f"{prefix}{f.name}.")
+            yield from describe_keys(type(default), f"{prefix}{f.name}.", values)
             continue
         kind = str(f.type).removeprefix("Optional[").removesuffix("]") + (" or null" if str(f.type).startswith("Optional[") else "")
-        shown = default if isinstance(default, str) else json.dumps(default)
+        value = default if values is None else OmegaConf.select(values, f"{prefix}{f.name}")
+        if isinstance(value, (DictConfig, ListConfig)):
+            value = OmegaConf.to_container(value, resolve=True)
+        shown = value if isinstance(value, str) else json.dumps(value)
         yield f"{prefix}{f.name}", kind, shown, f.metadata.get("help", "")
