@@ -1,4 +1,17 @@
 import os
 
+import pytest
+
 # A plugin that fails to load is an error in the test suite, not a warning.
 os.environ.setdefault("KTFRAME_STRICT_PLUGINS", "1")
+
+
+@pytest.fixture(autouse=True)
+def kernels_at_every_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process the kernels serve problems of every size, so that the tests of the kernels
+    and of the fast path, whose problems are small, run the kernels. A ktframe process that a test
+    starts keeps ktframe's rule (``ktframe.kernels.jit.MIN_NUMBERS``), which
+    ``tests/test_first_hour.py`` tests."""
+    from ktframe.kernels import jit
+
+    monkeypatch.setattr(jit, "MIN_NUMBERS", 0)

@@ -60,11 +60,11 @@ seen["filters"]["after import"] = warnings.filters == filters
 seen["environ"]["after import"] = dict(os.environ) == environ
 
 model = ktframe.build_model("lloyd", d=2, k=3, n_layers=2, gamma=float("inf"), dtype="float64")
-X = torch.randn(2, 64, 2, dtype=torch.float64)
+X = torch.randn(2, 1 << 14, 2, dtype=torch.float64)  # large enough for the kernels (ktframe.kernels.jit.MIN_NUMBERS)
 with torch.no_grad():
     result = model(X, X[:, :3].clone())
 score = metrics.AdjustedRand()
-score.update(X, result.centers, torch.randint(0, 3, (2, 64)))
+score.update(X, result.centers, torch.randint(0, 3, (2, 1 << 14)))
 score.compute()
 seen["mmapped"]["after a model"] = mmapped()
 seen["filters"]["after a model"] = warnings.filters == filters

@@ -47,7 +47,7 @@ PROBE = """
 import json, torch
 from ktframe.kernels import cpu as kernels
 from ktframe.plugin import manager as pluginmanager
-print(json.dumps({"kernels": kernels.usable(torch.zeros(3)), "variants": pluginmanager.registry().names("variant"), "disabled": pluginmanager.disabled()}))
+print(json.dumps({"kernels": kernels.usable(torch.zeros(1 << 16)), "variants": pluginmanager.registry().names("variant"), "disabled": pluginmanager.disabled()}))
 """
 
 

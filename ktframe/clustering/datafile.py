@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ktframe.clustering import numeric_csv
 from ktframe.core.errors import InputError
 from ktframe.core.validation import check_magnitude, peak_magnitude
+from ktframe.kernels import jit
 
 SUFFIXES = (".csv", ".npy")
 
@@ -109,8 +109,13 @@ def _load_csv(path: Path, dtype: np.dtype) -> np.ndarray:
 
 
 def _load_csv_quickly(path: Path, dtype: np.dtype) -> np.ndarray | None:
-    """The file's numbers by :func:`numeric_csv.parse`, or None where it does not read them."""
+    """The file's numbers by :func:`numeric_csv.parse`, or None where it does not read them (or
+    the file is too small to repay loading the parser's kernels: NumPy's parser reads it then)."""
     size = path.stat().st_size
+    if size < 8 * jit.MIN_NUMBERS:  # a number and its comma take 8 bytes or more, as the writers write them
+        return None
+    from ktframe.clustering import numeric_csv  # numba, imported for a file that repays it
+
     data = np.empty(size + 1, np.uint8)  # and a 0 after the text, where strtod stops
     with path.open("rb") as handle:
         if handle.readinto(memoryview(data)[:size]) != size:

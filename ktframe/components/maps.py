@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import entmax
 import torch
 
 from ktframe.core.errors import InputError
@@ -202,6 +201,8 @@ class Sparsemax(AttentionMap):
     shift_invariant = True
 
     def __call__(self, logits):
+        import entmax  # imported by the models that use it, not by every import of ktframe
+
         logits, empty = _without_empty_rows(logits)
         return _finish(entmax.sparsemax(logits, dim=-1), empty)
 

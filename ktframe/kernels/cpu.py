@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from ktframe.core import switches
+from ktframe.kernels import jit
 from ktframe.kernels.jit import kernel, load_numba, prange
 
 OFF_ENV = "KTFRAME_NO_KERNELS"
@@ -47,14 +48,17 @@ _KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
 def usable(*tensors: torch.Tensor) -> bool:
-    """Whether the kernels apply to these tensors: CPU, float32/float64, no autograd, not turned off."""
+    """Whether the kernels apply to these tensors: CPU, float32/float64, no autograd, not turned
+    off, and together at least :data:`ktframe.kernels.jit.MIN_NUMBERS` numbers."""
     if switches.on(OFF_ENV):
         return False
     grad = torch.is_grad_enabled()
+    numbers = 0
     for t in tensors:  # a loop, not all(...) over a generator: this runs several times per layer
         if t.device.type != "cpu" or t.dtype not in _KERNEL_DTYPES or (grad and t.requires_grad):
             return False
-    return True
+        numbers += t.numel()
+    return numbers >= jit.MIN_NUMBERS
 
 
 def _array(t: torch.Tensor) -> np.ndarray:

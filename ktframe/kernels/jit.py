@@ -23,6 +23,13 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+# Work on fewer numbers than this (the tensors a kernel would take, together) runs on PyTorch's
+# (or NumPy's) own operations, never on a kernel: importing numba and loading the kernels, or
+# compiling them the first time (a minute or more), costs more than such work can gain, and a
+# small problem is not kept waiting for either. A few thousand points of a few coordinates are
+# below it (2 000 points in 2-D, k = 5: the token stream holds about 20 000 numbers).
+MIN_NUMBERS = 1 << 16
+
 
 class _NumbaName:
     """A module's name for one of numba's objects (``prange``), bound to numba's own when the
@@ -56,6 +63,38 @@ class Kernel:
 
 _pending: list[Kernel] = []
 _lock = threading.Lock()
+_ours: set[Callable] = set()  # every kernel's Python function
+_first_compile: list[Callable[[str | None], None]] = []
+
+
+def on_first_compile(callback: Callable[[str | None], None]) -> None:
+    """Have ``callback(folder)`` called once, as this process starts to compile a kernel for the
+    first time (a kernel loaded from the cache is not compiled), with the folder that will cache
+    it (None: none can). For a command line to say why it waits; nothing is said by default."""
+    _first_compile.append(callback)
+    if load_numba.cache_info().currsize:  # numba is loaded: kernels may compile from now on
+        _listen()
+
+
+@functools.cache
+def _listen() -> None:
+    """numba's compile event told to the callbacks of :func:`on_first_compile`, once, for a kernel of ours."""
+    from numba.core import event
+
+    class FirstCompile(event.Listener):
+        def on_start(self, started: event.Event) -> None:
+            if _first_compile and getattr(started.data.get("dispatcher"), "py_func", None) in _ours:
+                from ktframe.kernels.cache import cache_folder
+
+                callbacks = list(_first_compile)
+                _first_compile.clear()
+                for callback in callbacks:
+                    callback(cache_folder())
+
+        def on_end(self, ended: event.Event) -> None:
+            pass
+
+    event.register("numba:compile", FirstCompile())
 
 
 def kernel(**options: Any) -> Callable[[Callable], Kernel]:
@@ -68,6 +107,7 @@ def kernel(**options: Any) -> Callable[[Callable], Kernel]:
         declared = Kernel(py_func, options)
         with _lock:
             _pending.append(declared)
+            _ours.add(py_func)
         return declared
 
     return declare
@@ -88,6 +128,9 @@ def compile_pending() -> None:
             return
         numba = load_numba()
         from ktframe.kernels.cache import KernelCache, cache_folder  # with numba, which it imports
+
+        if _first_compile:
+            _listen()
 
         caching = cache_folder() is not None
         dispatchers = []
