@@ -1,5 +1,6 @@
 """Training curves for ``ktframe report``: the training loss and the validation ratio against the
-step, as each run's CSV logger wrote them (``csv/metrics.csv``, ``logger.kind=csv``), pooled over
+step, as each run's history holds them (``csv/metrics.csv``, which every run keeps whatever its
+``logger.kind``), pooled over
 the runs of a setting as the median and the interquartile range at every step — the form of the
 paper's Figures 9 and 10, where a handful of seeds per setting make a mean ± std band misleading.
 
@@ -28,7 +29,7 @@ History = dict[str, tuple[np.ndarray, np.ndarray]]  # metric → (steps, values)
 
 def read_history(run: Path) -> History | None:
     """Per metric (LOSS, RATIO): the steps at which ``run`` logged it and the values logged; None
-    when the run has no csv/metrics.csv (it logged elsewhere)."""
+    when the run has no csv/metrics.csv (a run of a ktframe that kept none beside W&B)."""
     path = run / HISTORY
     if not path.is_file():
         return None
@@ -119,7 +120,7 @@ def markdown(report: dict[str, Any]) -> list[str]:
     rows = [group for group in _groups(report) if group["training"] and group["training"]["summary"]]
     lines = ["", f"## Training curves ({HISTORY.as_posix()}): the validation ratio, median [25 %, 75 %] over runs", ""]
     if not rows:
-        return [*lines, f"No run holds {HISTORY.as_posix()} with val/ratio (runs log it with logger.kind=csv)."]
+        return [*lines, f"No run holds {HISTORY.as_posix()} with val/ratio (every run of ktframe fit keeps it, whatever its logger)."]
     lines += ["| " + " | ".join([*by, "runs", "last step", "val/ratio at the last step", "lowest val/ratio"]) + " |", "|" + "---|" * (len(by) + 4)]
     for group in rows:
         s = group["training"]["summary"]

@@ -10,6 +10,10 @@ interval (there are usually only a handful of runs, too few for a normal interva
 differences that each evaluation reports (``versus``: the model against every baseline, task by
 task) are pooled over runs and sets of tasks by :mod:`ktframe.reporting.paired`.
 
+Runs whose configs differ in more than their seeds, names and the way they ran or logged (a 3 000-step
+run beside 20-step ones, two learning rates) are never pooled unsaid: the report is also given per
+setting of the keys in which they differ, and names those keys (``differing``), as ``--by`` would.
+
 A value that is not a finite number (a diverged run's NaN) counts as missing: it is left out of
 the mean, and ``n`` / ``runs`` say how many values were used. Runs whose evaluation of one
 (init, n, method) has a different number of steps are refused with one line, rather than silently
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -205,23 +210,60 @@ def _eval_row(key: Key, curves: list[list[float]]) -> dict[str, Any]:
     }
 
 
-def _setting(run: Path, keys: list[str]) -> tuple:
-    """The values of the dotted config ``keys`` in a run's config.yaml."""
+# Config keys in which the runs of one experiment differ by design (their seeds and names, where
+# and on how many devices or threads they ran, how they logged): runs that differ in these alone
+# are pooled.
+POOLED = ("name", "run_id", "root", "resume", "preset", "trainer.seed", "data.seed", "data.num_workers", "trainer.progress_bar", "trainer.threads")
+POOLED += ("trainer.accelerator", "trainer.devices", "trainer.strategy", "trainer.num_nodes", "eval.after_fit")
+POOLED_SECTIONS = ("logger.",)
+ABSENT = None  # a run folder without config.yaml (an evaluation's folder) has no setting
+
+
+def _config(run: Path) -> dict[str, Any] | None:
+    """A run's config.yaml as dotted keys and their values (lists as tuples); None without one."""
     import yaml
 
     path = run / CONFIG
+    if not path.is_file():
+        return None
     try:
         config = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot be read ({exc}); expected the config.yaml that ktframe fit writes in a run folder, to group by") from None
+        raise InputError(f"{path}: cannot be read ({exc}); expected the config.yaml that ktframe fit writes in a run folder") from None
+    flat: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for name, value in node.items():
+                walk(value, f"{prefix}{name}.")
+        else:
+            flat[prefix[:-1]] = tuple(node) if isinstance(node, list) else node
+
+    walk(config if isinstance(config, dict) else {}, "")
+    return flat
+
+
+def differing_keys(configs: list[dict[str, Any] | None]) -> list[str]:
+    """The config keys, other than :data:`POOLED` ones, to which the runs that have them give
+    more than one value (a key some runs have not, as older runs lack newer keys, counts only
+    among those that have it)."""
+    values: dict[str, set] = {}
+    for config in (c for c in configs if c is not None):
+        for key, value in config.items():
+            if key not in POOLED and not key.startswith(POOLED_SECTIONS):
+                values.setdefault(key, set()).add(json.dumps(value, sort_keys=True, default=str))
+    return sorted(key for key, seen in values.items() if len(seen) > 1)
+
+
+def _setting(run: Path, config: dict[str, Any] | None, keys: list[str], given: list[str]) -> tuple:
+    """The values of the dotted config ``keys`` in a run's config; the ``given`` ones (``--by``)
+    must be there, the others may be absent (:data:`ABSENT`)."""
     values = []
     for key in keys:
-        node = config
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                raise InputError(f"{path}: the config has no key {key}; expected --by keys of the runs' config, e.g. optim.loss_lambda,data.d")
-            node = node[part]
-        values.append(node)
+        if key in given and (config is None or key not in config):
+            what = "has no config.yaml" if config is None else f"the config has no key {key}"
+            raise InputError(f"{run / CONFIG}: {what}; expected --by keys of the runs' config, e.g. optim.loss_lambda,data.d")
+        values.append(ABSENT if config is None else config.get(key, ABSENT))
     return tuple(values)
 
 
@@ -251,20 +293,29 @@ def _aggregate(root: Path, runs: list[Path], read: dict[Path, dict[str, Any]]) -
     }
 
 
-def build_report(root: Path, by: list[str] | None = None) -> dict[str, Any]:
-    """The report of every run below ``root`` and, with ``by`` (dotted config keys), of each group
-    of runs that share those keys' values (a sweep's settings, its seeds pooled); every file is read
-    and checked before anything is written, so that a broken one stops the report with nothing behind."""
+def build_report(root: Path, by: list[str] | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """The report of every run below ``root`` and of each group of runs that share the values of
+    the dotted config keys ``by`` (a sweep's settings, its seeds pooled) and of every key in which
+    the runs' configs differ otherwise (:func:`differing_keys`, named in ``differing``); every file
+    is read and checked before anything is written, so that a broken one stops the report with
+    nothing behind. ``progress(done, total)`` hears of each run read."""
     runs = find_runs(root)
-    read = {run: _read_run(run) for run in runs}  # once, whatever the number of groups a run is in
+    read, configs = {}, {}
+    for done, run in enumerate(runs, start=1):  # each once, whatever the number of groups it is in
+        read[run], configs[run] = _read_run(run), _config(run)
+        if progress is not None:
+            progress(done, len(runs))
     report = _aggregate(root, runs, read)
-    if by:
+    given = list(by or [])
+    differing = [key for key in differing_keys(list(configs.values())) if key not in given]
+    keys = [*given, *differing]
+    if keys:
         groups: dict[tuple, list[Path]] = {}
         for run in runs:
-            groups.setdefault(_setting(run, by), []).append(run)
-        report["by"] = by
+            groups.setdefault(_setting(run, configs[run], keys, given), []).append(run)
+        report["by"], report["differing"] = keys, differing
         report["groups"] = [
-            {"setting": dict(zip(by, key)), **_aggregate(root, groups[key], read)}
+            {"setting": dict(zip(keys, (list(v) if isinstance(v, tuple) else v for v in key))), **_aggregate(root, groups[key], read)}
             for key in sorted(groups, key=lambda key: [training_curves.setting_order(v) for v in key])
         ]
     return report
@@ -287,6 +338,7 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         "",
         "Runs: " + ", ".join(f"`{path}`" for path in report["paths"]),
         "",
+        *(_differing_note(report) if report.get("differing") else []),
         "## Final validation metrics (summary.json)",
         "",
     ]
@@ -306,6 +358,18 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         lines += _group_tables(report)
     lines += training_curves.markdown(report)
     return "\n".join(lines)
+
+
+def _differing_note(report: dict[str, Any]) -> list[str]:
+    """Which config keys the runs differ in, and what that does to the tables."""
+    keys = report["differing"]
+    values = {key: list(dict.fromkeys(str(group["setting"][key]) for group in report["groups"])) for key in keys}
+    named = "; ".join(f"{key}: {', '.join(seen)}" for key, seen in values.items())
+    return [
+        f"**The runs' configs differ** ({named}): each setting is reported on its own below (By {', '.join(report['by'])});",
+        "the tables over every run pool the settings.",
+        "",
+    ]
 
 
 def _group_tables(report: dict[str, Any]) -> list[str]:
