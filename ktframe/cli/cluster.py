@@ -8,9 +8,8 @@ import os
 import signal
 import sys
 
+from ktframe.cli import progress
 from ktframe.cli.options import parse_gamma
-from ktframe.clustering.datafile import label_lines, load_points
-from ktframe.clustering.estimator import TransformerKMeans
 from ktframe.core.errors import InputError
 from ktframe.core.io import output_path, write_atomically
 
@@ -28,7 +27,7 @@ def _seed(text: str) -> int:
 def add_parser(commands) -> None:
     p = commands.add_parser("cluster", help="cluster the rows of a CSV or .npy file")
     p.add_argument("file", help="a .csv (one point a row, optional header) or .npy (2-D array) file")
-    p.add_argument("--k", type=int, required=True, help="number of clusters")
+    p.add_argument("--k", "--n-clusters", dest="k", type=int, required=True, help="number of clusters (--n-clusters: the same, scikit-learn's name)")
     p.add_argument("--variant", default="lloyd", help="registered variant (default: lloyd)")
     p.add_argument("--layers", type=int, default=10, help="layers = iterations (default: 10)")
     p.add_argument("--gamma", type=parse_gamma, default=math.inf, help="inverse temperature (default: inf, exact)")
@@ -66,10 +65,16 @@ def _destination(out: str | None, file: str) -> str | None:
 
 
 def run(args) -> int:
+    from ktframe.clustering.datafile import label_lines, load_points  # here: --help and usage errors import no torch
+    from ktframe.clustering.estimator import TransformerKMeans
+
     out = _destination(args.out, args.file)
-    points = load_points(args.file, args.dtype)
-    model = TransformerKMeans(args.k, variant=args.variant, n_layers=args.layers, gamma=args.gamma, init=args.init, random_state=args.seed)
-    labels = model.fit_predict(points)
+    with progress.bar(f"cluster {args.file}", 2, "stage", quiet=args.quiet) as bar:
+        points = load_points(args.file, args.dtype)
+        bar.update()
+        model = TransformerKMeans(args.k, variant=args.variant, n_layers=args.layers, gamma=args.gamma, init=args.init, random_state=args.seed)
+        labels = model.fit_predict(points)
+        bar.update()
     summary = f"{points.shape[0]} points, {points.shape[1]} dimensions, k={args.k}, variant={args.variant}: objective {model.inertia_:.6g} (log {math.log(model.inertia_) if model.inertia_ > 0 else float('-inf'):.6f})"
     if out is not None:
         write_atomically(out, label_lines(labels))

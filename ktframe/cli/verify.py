@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ktframe.cli import progress
 from ktframe.cli.options import parse_gamma
 from ktframe.plugin.verify import PAPER_DTYPE, PAPER_GAMMA, Setting, format_report, verify
 
@@ -33,6 +34,8 @@ def add_parser(commands) -> None:
 
 
 def run(args) -> int:
-    report = verify(args.variant, Setting(n=args.n, d=args.d, k=args.k, layers=args.layers, gamma=args.gamma, seed=args.seed, dtype=args.dtype))
+    setting = Setting(n=args.n, d=args.d, k=args.k, layers=args.layers, gamma=args.gamma, seed=args.seed, dtype=args.dtype)
+    with progress.bar(f"verify {args.variant}: the transformer, then the reference", 2, "run", quiet=args.quiet) as bar:
+        report = verify(args.variant, setting, progress=progress.follow(bar))
     print(json.dumps(report) if args.json else format_report(report))
     return 0 if report["passed"] else 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,9 +96,10 @@ def _same(key: str, value: Any, declared: Any) -> bool:
         return False
 
 
-def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
+def verify(variant: str, setting: Setting = Setting(), progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run the model and the reference from the same initial centers; report how far apart.
-    Unless ``setting`` says otherwise, at the variant's declared exact setting."""
+    Unless ``setting`` says otherwise, at the variant's declared exact setting. ``progress(done,
+    total)`` hears when each of the two runs (the model's, the reference's) has finished."""
     spec = get_variant(variant)
     if spec.reference is None:
         raise InputError(f"variant {variant!r} declares no classical reference to verify against")
@@ -116,7 +118,11 @@ def verify(variant: str, setting: Setting = Setting()) -> dict[str, Any]:
     model = build_model(variant, d=d, k=k, n_layers=layers, gamma=gamma, dtype=dtype, **options)
     with torch.no_grad():
         got = model(X, C0)
+    if progress is not None:
+        progress(1, 2)
     want = spec.run_reference(X, C0, layers, gamma, options)
+    if progress is not None:
+        progress(2, 2)
 
     errors = (got.trajectory - want.trajectory).abs().amax(dim=(0, 2, 3))  # per layer
     agreement = (got.labels == want.labels).to(torch.float64).mean().item()
