@@ -22,7 +22,7 @@ from ktframe.core.tasks import mixture
 
 # (variant, options): every exact construction the package offers.
 EXACT_MODELS = [
-    pytest.param("lloyd", {}, id="lloyd"),
+    pytest.param("lloyd", {"reset": "attention"}, id="lloyd"),  # the default in the hard limit is "identity"
     pytest.param("lloyd", {"center_update": "argmax"}, id="lloyd-argmax"),
     pytest.param("lloyd", {"reset": "identity"}, id="lloyd-identity"),
     pytest.param("lloyd-dot", {}, id="lloyd-dot"),

@@ -25,6 +25,7 @@ import torch
 from test_wheel import build_wheel, install_wheel
 from test_workflow import SMALL_EVAL
 
+from ktframe.kernels import cache as kernel_cache
 from ktframe.kernels import jit
 
 NOBODY = 65534
@@ -40,13 +41,13 @@ import json, sys
 import torch
 import ktframe
 numba_at_import = "numba" in sys.modules
-from ktframe.fast import jit, kernels
+from ktframe.kernels import cache, cpu as kernels
 a = torch.zeros(3, 4, 2)
 b = a.clone()
 b[1, 2, 0] = 1.0
 changed = kernels.tasks_changed(a, b).tolist()
 stats = kernels._tasks_changed.stats
-print(json.dumps({"numba at import": numba_at_import, "folder": jit.cache_folder(), "changed": changed,
+print(json.dumps({"numba at import": numba_at_import, "folder": cache.cache_folder(), "changed": changed,
                   "hits": sum(stats.cache_hits.values()), "misses": sum(stats.cache_misses.values())}))
 """
 
@@ -167,7 +168,7 @@ def test_kernels_are_cached_in_the_users_cache_folder_only_and_reused(install, p
     cache = home / ".cache" / "ktframe" / "numba"
     assert first == {"numba at import": False, "folder": str(cache), "changed": [False, True, False], "hits": 0, "misses": 1}
     assert all(path == ".cache" or path.startswith(".cache/ktframe") for path in listing(home)), listing(home)
-    (index,) = cache.glob("*/kernels._tasks_changed-*.nbi")
+    (index,) = cache.glob("*/cpu._tasks_changed-*.nbi")
     second = probe(install, env, work)
     assert (second["hits"], second["misses"]) == (1, 0)
 
@@ -190,23 +191,23 @@ def test_kernels_are_cached_in_the_users_cache_folder_only_and_reused(install, p
 
 def test_the_cache_folder_is_ktframes_setting_else_xdgs_else_homes(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.delenv(jit.CACHE_ENV, raising=False)
+    monkeypatch.delenv(kernel_cache.CACHE_ENV, raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    assert jit.cache_root() == str(tmp_path / "home" / ".cache" / "ktframe")
+    assert kernel_cache.cache_root() == str(tmp_path / "home" / ".cache" / "ktframe")
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not a valid XDG setting: ignored
-    assert jit.cache_root() == str(tmp_path / "home" / ".cache" / "ktframe")
+    assert kernel_cache.cache_root() == str(tmp_path / "home" / ".cache" / "ktframe")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert jit.cache_root() == str(tmp_path / "xdg" / "ktframe")
-    monkeypatch.setenv(jit.CACHE_ENV, str(tmp_path / "mine"))
-    assert jit.cache_root() == str(tmp_path / "mine")
+    assert kernel_cache.cache_root() == str(tmp_path / "xdg" / "ktframe")
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(tmp_path / "mine"))
+    assert kernel_cache.cache_root() == str(tmp_path / "mine")
 
     # The folder is made where it can be, else there is none (the undecorated function: this
     # process's own choice stays as it was made).
-    assert jit.cache_folder.__wrapped__() == str(tmp_path / "mine" / "numba")
+    assert kernel_cache.cache_folder.__wrapped__() == str(tmp_path / "mine" / "numba")
     assert (tmp_path / "mine" / "numba").is_dir()
-    monkeypatch.setenv(jit.CACHE_ENV, str(tmp_path / "a-file" / "cache"))
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(tmp_path / "a-file" / "cache"))
     (tmp_path / "a-file").write_text("")
-    assert jit.cache_folder.__wrapped__() is None
+    assert kernel_cache.cache_folder.__wrapped__() is None
 
 
 def test_a_kernel_declares_no_cache_of_its_own():

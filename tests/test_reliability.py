@@ -280,7 +280,7 @@ def test_torchrun_ranks_share_one_run_and_validate_an_odd_task_count_exactly(tmp
 def test_an_unwritable_run_folder_is_one_line_before_training(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     line = one_line_error(fit(tmp_path, f"root={tmp_path / 'file' / 'runs'}", "name=x"))
-    assert f"{tmp_path / 'file' / 'runs' / 'x'}: cannot write the run folder ({tmp_path / 'file'} is not a folder)" in line, line
+    assert f"{tmp_path / 'file' / 'runs' / 'x'}: {tmp_path / 'file'} is a file, not a folder; expected a writable folder" in line, line
 
 
 def test_a_full_disk_at_a_checkpoint_keeps_the_previous_one_and_stops_in_one_line(tmp_path, monkeypatch):
@@ -452,7 +452,7 @@ CASES = [
     Case("fit-steps-negative", [*FIT, "trainer.max_steps=-5"], ["'trainer.max_steps' must be an integer >= 1; got -5"]),
     Case("fit-dropout-above-1", [*FIT, "model.dropout=1.5"], ["'model.dropout' must be a number in [0, 1); got 1.5"]),
     Case("fit-family", [*FIT, "data.family=gauss"], ["'data.family' must be one of gaussian, cauchy", "got 'gauss'"]),
-    Case("fit-initializer", [*FIT, "data.init=kmeans"], ["unknown initializer 'kmeans'", "did you mean 'kmeans++'?"]),
+    Case("fit-initializer", [*FIT, "data.init=kmeans"], ["unknown initializer 'kmeans'", "did you mean 'k-means++'?"]),
     Case("fit-accelerator", [*FIT, "trainer.accelerator=tpu9"], ["invalid trainer.accelerator", "tpu9"]),
     Case(
         "fit-online-without-key",
