@@ -17,9 +17,8 @@ feed-forward block, one layer (1)–(3), the model (embed, apply the layers, rea
 This file is the plain definition: what a model computes, with nothing but PyTorch. A variant
 chooses the fast path when it builds its model: :func:`ktframe.fast.accelerate` gives each module a
 ``plan`` (in-place updates, fused attention and arg-max kernels, cluster sums, skipping converged
-tasks), and each class below hands its call to its plan where it has one, its one line
-``if self.plan is not None``. ``tests/test_fast.py`` checks every variant's fast model against this
-definition.
+tasks), to which each class below hands its call at one point, ``if self.plan is not None``.
+``tests/test_fast.py`` checks every variant's fast model against this definition.
 """
 
 from __future__ import annotations
