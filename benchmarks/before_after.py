@@ -9,7 +9,7 @@ each checkout, with its range, and the ratio after / before of the medians; a ra
 competing tool is taken within one process, which cancels most of the machine's load. Not a test.
 
     python benchmarks/before_after.py ../ktframe-before            # each script's default sizes
-    python benchmarks/before_after.py ../ktframe-before --quick --rounds 5
+    python benchmarks/before_after.py ../ktframe-before --quick --rounds 5 --threads 1
 """
 
 from __future__ import annotations
@@ -68,9 +68,11 @@ BENCHMARKS = {
 SETTING = r"^n=(\d+) d=(\d+) k=(\d+)"
 
 
-def run(checkout: Path, script: str, arguments: list[str]) -> dict[str, float]:
-    """One run of ``script`` from ``checkout``: its figures by label."""
+def run(checkout: Path, script: str, arguments: list[str], threads: int | None) -> dict[str, float]:
+    """One run of ``script`` from ``checkout`` (on ``threads`` threads, if given): its figures by label."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "plugins")])}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     done = subprocess.run([sys.executable, script, *arguments], cwd=checkout / "benchmarks", env=env, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{script} failed in {checkout}:\n{done.stderr[-3000:]}")
@@ -91,6 +93,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (see BENCHMARKS)")
     parser.add_argument("--only", nargs="*", choices=list(BENCHMARKS), help="these scripts only")
+    parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS for both (PyTorch's threads, and so the kernels')")
     args = parser.parse_args()
     checkouts = {"before": args.before.resolve(), "after": HERE.parent}
     scripts = args.only or list(BENCHMARKS)
@@ -100,10 +103,11 @@ def main() -> None:
         order = list(checkouts) if round_ % 2 == 0 else list(checkouts)[::-1]
         for script in scripts:
             for name in order:
-                for label, value in run(checkouts[name], script, BENCHMARKS[script][0] if args.quick else []).items():
+                for label, value in run(checkouts[name], script, BENCHMARKS[script][0] if args.quick else [], args.threads).items():
                     seen[script][name].setdefault(label, []).append(value)
         print(f"round {round_ + 1} of {args.rounds} done after {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    print(f"before: {checkouts['before']}\nafter:  {checkouts['after']}\n{args.rounds} rounds, medians [range]; ratio after / before of the medians")
+    threads = "" if args.threads is None else f", OMP_NUM_THREADS={args.threads}"
+    print(f"before: {checkouts['before']}\nafter:  {checkouts['after']}\n{args.rounds} rounds{threads}, medians [range]; ratio after / before of the medians")
     for script in scripts:
         print(f"\n{script} {' '.join(BENCHMARKS[script][0]) if args.quick else '(default sizes)'}")
         for label, before in seen[script]["before"].items():
