@@ -8,6 +8,7 @@ equally (hard label: the lowest index).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -295,13 +296,15 @@ def test_skipping_converged_tasks_changes_nothing(variant, options, dtype):
     C0[1, 1] = C0[1, 0]  # two equal centers: their points tie at every step, and the map decides
     model = ktframe.build_model(variant, d=2, k=5, n_layers=25, dtype=dtype, **options)
     with torch.no_grad():
-        skipping, every = model(X, C0), model(X, C0, skip_settled=False)
+        skipping = model(X, C0)
+        model.plan = dataclasses.replace(model.plan, skip_settled=False)  # every step on every task
+        every = model(X, C0)
     assert torch.equal(skipping.trajectory, every.trajectory)
     assert torch.equal(skipping.assignments, every.assignments)
     assert torch.equal(every.n_iter, torch.full((48,), 25))
     assert_same_run(skipping, reference.lloyd(X, C0, 25), atol=ATOL64 if dtype == torch.float64 else 1e-5)
     n_iter = skipping.n_iter
-    if options.get("reset") != "identity":  # only the assignment by cluster tells (FastLayer._assign)
+    if options.get("reset") != "identity":  # only the assignment by cluster tells (LayerPlan.assign)
         assert torch.equal(n_iter, every.n_iter)
         return
     # Rows that the map writes are not compared, so the tied task never counts as settled; the
@@ -319,6 +322,8 @@ def test_layers_of_their_own_skip_no_task():
     C0 = random_points(X, 3, g)
     separate = ktframe.build_model("lloyd", d=2, k=3, n_layers=12, dtype=torch.float64, share_weights=False, reset="identity")
     with torch.no_grad():
-        got, every = separate(X, C0), separate(X, C0, skip_settled=False)
+        got = separate(X, C0)
+        separate.plan = dataclasses.replace(separate.plan, skip_settled=False)
+        every = separate(X, C0)
     assert torch.equal(got.trajectory, every.trajectory)
     assert torch.equal(got.n_iter, torch.full((6,), 12))

@@ -3,6 +3,7 @@ computes what its plain definition (``ktframe.transformer.model``, ``fast=False`
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -13,7 +14,7 @@ from ktframe import fast
 from ktframe.fast import attention  # noqa: F401  (fast.attention, which only training imports otherwise)
 from ktframe.fast import model as fast_model
 from ktframe.plugin.manager import registry
-from ktframe.transformer import model
+from ktframe.transformer import construction, model
 
 # Each first-party variant at its exact setting and at a finite temperature where it has one.
 SETTINGS = [
@@ -53,8 +54,8 @@ def twins(name: str, options: dict, dtype: torch.dtype, n_layers: int = 8) -> tu
 @pytest.mark.parametrize("name, options", SETTINGS)
 def test_the_fast_model_computes_the_plain_definition(name, options, dtype):
     quick, plain = twins(name, options, dtype)
-    assert isinstance(quick, fast.FastKMeansTransformer) and not isinstance(plain, fast.FastKMeansTransformer)
-    assert all(not isinstance(m, fast.FastLayer) for m in plain.modules())
+    assert isinstance(quick.plan, fast.ModelPlan) and all(getattr(m, "plan", None) is None for m in plain.modules())
+    assert [type(m) for m in quick.modules()] == [type(m) for m in plain.modules()]  # one class hierarchy
     X, C0 = problem(dtype)
     with torch.no_grad():
         got, want = quick(X, C0), plain(X, C0)
@@ -150,19 +151,85 @@ def assert_train_alike(quick, plain, before_plain=lambda: None) -> None:
 def test_every_first_party_variant_chooses_the_fast_path_and_can_build_the_plain_one():
     for name in ("lloyd", "lloyd-dot", "soft", "spherical", "trimmed", "robust", "kmedoids", "learned"):
         assert "fast" in registry().get("variant", name).options(), name
-        assert isinstance(ktframe.build_model(name, d=2, k=3, n_layers=1), fast.FastKMeansTransformer), name
+        quick = ktframe.build_model(name, d=2, k=3, n_layers=1)
+        assert isinstance(quick.plan, fast.ModelPlan), name
+        assert all(isinstance(head.plan, fast.HeadPlan) for head in quick.modules() if isinstance(head, model.AttentionHead)), name
         plain = ktframe.build_model(name, d=2, k=3, n_layers=1, fast=False)
-        assert not type(plain).__module__.startswith("ktframe.fast") and all(not type(m).__module__.startswith("ktframe.fast") for m in plain.modules()), name
+        assert all(getattr(m, "plan", None) is None for m in plain.modules()), name
+        for built in (quick, plain):
+            assert all(not type(m).__module__.startswith("ktframe.fast") for m in built.modules()), name
 
 
-def test_accelerate_refuses_a_subclass_without_a_fast_version():
-    class MyLayer(model.Layer):
-        pass
+def test_the_plans_are_shown_by_repr_and_name_each_route():
+    built = ktframe.build_model("lloyd", d=2, k=3, n_layers=2, reset="identity")
+    layer = built.layers[0]
+    assert layer.point_cross.plan.route == "fused-argmax" and layer.center_cross.plan.route == "linear-sums"
+    assert layer.point_self.plan == fast.HeadPlan("identity", rescale=0.0) == layer.center_self.plan
+    assert layer.plan == fast.LayerPlan(by_cluster=True, fixed_rows=True, keys_in_centers=True, reports_settled=True, all_steps=True)
+    assert built.plan == fast.ModelPlan(skip_settled=True, one_kernel_call=True)
+    text = repr(built)
+    assert "plan=ModelPlan(skip_settled=True, one_kernel_call=True)" in text and "plan=HeadPlan(route='fused-argmax', rescale=None)" in text
+    assert "plan=" not in repr(ktframe.build_model("lloyd", d=2, k=3, n_layers=2, fast=False))
+    soft = ktframe.build_model("soft", d=2, k=3, n_layers=1, gamma=5.0)
+    assert soft.layers[0].point_cross.plan.route == "fused-softmax" and soft.plan == fast.ModelPlan(skip_settled=False, one_kernel_call=False)
 
-    built = ktframe.build_model("lloyd", d=2, k=3, n_layers=1, fast=False)
-    built.layers[0].__class__ = MyLayer
-    with pytest.raises(TypeError, match=r"MyLayer has no fast version; pass accelerate\(model, also=\{MyLayer: FastMyLayer\}\)"):
-        fast.accelerate(built)
+
+class TwiceLayer(model.Layer):
+    """A plugin's own layer: two Lloyd steps per call, through a forward of its own."""
+
+    def forward(self, points, centers):
+        return super().forward(*super().forward(points, centers))
+
+
+class ReversedLayer(model.Layer):
+    """A plugin's own layer that changes the definition's update: the heads added in reverse."""
+
+    def update(self, tokens, queries, heads):
+        return super().update(tokens, queries, heads[::-1])
+
+
+@pytest.mark.parametrize("kind", [TwiceLayer, ReversedLayer], ids=["own-forward", "own-update"])
+def test_a_plugins_own_layer_needs_no_fast_twin(kind):
+    """``accelerate`` plans a subclass of the definition's layer as it is: its class stays, its
+    heads take their fast routes, and the model computes what the plain one computes. A subclass
+    with a forward of its own gets no settled tasks handed in; one with its own update, which the
+    layer's in-place route would bypass, gets no layer plan."""
+    width, xs, ys = 5, construction.coords(0, 2), construction.coords(2, 5)
+
+    def make_layer():
+        return construction.lloyd_family_layer(
+            width, xs, ys, gamma=math.inf, center_cross=construction.mean_head(width, xs, ys), layer=kind, identity_resets=True
+        )
+
+    plain = model.KMeansTransformer(registry().get("embedding", "onehot")(), construction.stack(make_layer, 6, True), d=2, k=3, n_layers=6).double()
+    quick = fast.accelerate(copy.deepcopy(plain))
+    assert [type(m) for m in quick.modules()] == [type(m) for m in plain.modules()]
+    layer = quick.layers[0]
+    assert all(head.plan is not None for head in (layer.point_cross, layer.point_self, layer.center_cross, layer.center_self))
+    if kind is TwiceLayer:
+        assert layer.plan.by_cluster and not layer.plan.reports_settled and not layer.plan.all_steps
+    else:
+        assert layer.plan is None
+    assert quick.plan == fast.ModelPlan(skip_settled=False, one_kernel_call=False)
+    X, C0 = problem(torch.float64, d=2, k=3)
+    with torch.no_grad():
+        got, want = quick(X, C0), plain(X, C0)
+    torch.testing.assert_close(got.trajectory, want.trajectory, rtol=0, atol=TOLERANCE[torch.float64])
+    torch.testing.assert_close(got.assignments, want.assignments, rtol=0, atol=TOLERANCE[torch.float64])
+
+
+def test_a_learnable_model_is_planned_again_for_its_new_projections():
+    """``learnable`` swaps the fixed projections for linear maps: the reset is then no rescale of
+    its slot and the assignment no longer by cluster, and the fast model still computes the plain one."""
+    quick = construction.learnable(ktframe.build_model("lloyd", d=3, k=5, n_layers=3, dtype="float64", reset="identity"))
+    plain = construction.learnable(ktframe.build_model("lloyd", d=3, k=5, n_layers=3, dtype="float64", reset="identity", fast=False))
+    layer = quick.layers[0]
+    assert layer.point_self.plan == fast.HeadPlan("identity", rescale=None) and not layer.plan.by_cluster
+    assert quick.plan == fast.ModelPlan(skip_settled=False, one_kernel_call=False) and plain.plan is None
+    X, C0 = problem(torch.float64)
+    with torch.no_grad():
+        got, want = quick(X, C0), plain(X, C0)
+    torch.testing.assert_close(got.trajectory, want.trajectory, rtol=0, atol=TOLERANCE[torch.float64])
 
 
 def test_the_model_file_holds_no_kernel():

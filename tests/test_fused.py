@@ -4,26 +4,31 @@ dot product plus a per-key bias) computes what the explicit path computes: logit
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ktframe
-from ktframe.fast import FastAttentionHead as AttentionHead
+from ktframe.transformer.model import AttentionHead
+
+
+def fused(head: torch.nn.Module) -> bool:
+    return isinstance(head, AttentionHead) and head.plan.route == "fused-softmax"
 
 
 def explicit(model: torch.nn.Module) -> torch.nn.Module:
-    """The same model with every fused head switched to the explicit path."""
+    """The same model with every fused head's plan switched to the explicit path."""
     twin = copy.deepcopy(model)
     for head in twin.modules():
-        if isinstance(head, AttentionHead):
-            head.fused = False
+        if fused(head):
+            head.plan = dataclasses.replace(head.plan, route="blocked")
     return twin
 
 
 def fused_heads(model: torch.nn.Module) -> int:
-    return sum(1 for head in model.modules() if isinstance(head, AttentionHead) and head.fused)
+    return sum(1 for head in model.modules() if fused(head))
 
 
 @st.composite
@@ -66,11 +71,11 @@ def test_soft_lloyd_fused_heads_equal_explicit(problem, gamma):
         for step in range(3):
             layer = model.layer(step)
             for head, queries, keys in [(layer.point_cross, points, centers), (layer.point_self, points, points), (layer.center_self, centers, centers)]:
-                if head.fused:
+                if fused(head):
                     got = head(queries, keys)
-                    head.fused = False
+                    plan, head.plan = head.plan, dataclasses.replace(head.plan, route="blocked")
                     want = head(queries, keys)
-                    head.fused = True
+                    head.plan = plan
                     torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9)
             points, centers = layer(points, centers)
 

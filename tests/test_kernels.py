@@ -5,6 +5,7 @@ the numba CPU kernels (ktframe.kernels.cpu), which must give what PyTorch gives 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -185,13 +186,13 @@ def test_in_place_reset_with_any_number_of_writers_equals_the_out_of_place_sum(w
     C0 = reference.random_points(X, 4, g)
     model = ktframe.build_model("lloyd", d=3, k=4, n_layers=1, dtype=torch.float64, reset="identity")
     layer = model.layers[0]
-    assert layer.point_self.slot_factor == 0.0
+    assert layer.point_self.plan.rescale == 0.0
     with torch.no_grad():
         points, centers = model.embedding.points(X, 4), model.embedding.centers(C0)
         points[..., 3:] = torch.nn.functional.one_hot(torch.randint(0, 4, (2, 40), generator=g), 4)  # an old assignment to erase
         heads = [(layer.point_self, points)] + [(layer.point_cross, centers)] * writers
-        want = layer.update(points.clone(), points.clone(), heads, in_place=False)
-        got = layer.update(points, points, heads, in_place=True)
+        want = layer.update(points.clone(), points.clone(), heads)  # the definition's
+        got = layer.plan.update(layer, points, points, heads, in_place=True)
     torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
@@ -508,12 +509,13 @@ def counting(monkeypatch, names):
 def test_exact_model_with_and_without_kernels(monkeypatch, B, cache_block, by_cluster):
     if cache_block is not None:
         monkeypatch.setattr(ktframe.fast.model, "CACHE_BLOCK", cache_block)
-    if not by_cluster:  # the layer's general path: blocks of rows, key sums of the one-hot slot
-        monkeypatch.setattr(ktframe.fast.FastLayer, "_assign", lambda *args, **kwargs: None)
     g = torch.Generator().manual_seed(10 + B)
     X, _ = mixture(B, 300, 3, 5, generator=g, dtype=torch.float64)
     C0 = reference.kmeans_plusplus(X, 5, g)
     model = ktframe.build_model("lloyd", d=3, k=5, n_layers=4, reset="identity", dtype=torch.float64)
+    if not by_cluster:  # the layer's general path: blocks of rows, key sums of the one-hot slot
+        layer = model.layers[0]
+        layer.plan = dataclasses.replace(layer.plan, by_cluster=False, all_steps=False)
     names = ["argmax_count", "argmax_dot", "add_sparse_key_sums", "gather_rows", "cluster_attention"]
     calls = counting(monkeypatch, names)
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
@@ -550,7 +552,9 @@ def test_center_keys_by_cluster_from_value_rows_equal_those_read_off_the_center_
     with torch.no_grad():
         read_off = model(X, C0)
         for layer in model.layers:
-            layer.point_cross.v._unit = False  # multiplies by its scales of 1 instead: same rows
+            layer.point_cross.v.unit = False  # multiplies by its scales of 1 instead: same rows
+        ktframe.fast.accelerate(model)
+        assert not model.layers[0].plan.keys_in_centers and model.layers[0].plan.by_cluster
         built = model(X, C0)
     assert torch.equal(built.trajectory, read_off.trajectory) and torch.equal(built.assignments, read_off.assignments)
 
@@ -571,11 +575,11 @@ def test_ties_in_the_assignment_by_index_are_shared_as_without_kernels(monkeypat
     model = ktframe.build_model("lloyd", d=2, k=3, n_layers=2, reset="identity", dtype=torch.float64)
     calls = counting(monkeypatch, ["add_sparse_key_sums"])
     decided = []
-    map_rows = ktframe.fast.FastAttentionHead.map_rows
+    map_rows = ktframe.fast.HeadPlan.map_rows
     monkeypatch.setattr(
-        ktframe.fast.FastAttentionHead,
+        ktframe.fast.HeadPlan,
         "map_rows",
-        lambda head, q, k, task, row: decided.append(torch.stack([task, row], 1).tolist()) or map_rows(head, q, k, task, row),
+        lambda plan, head, q, k, task, row: decided.append(torch.stack([task, row], 1).tolist()) or map_rows(plan, head, q, k, task, row),
     )
     monkeypatch.delenv(kernels.OFF_ENV, raising=False)
     with torch.no_grad():

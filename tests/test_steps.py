@@ -1,8 +1,10 @@
 """All the steps of Lloyd's layer in one kernel call (ktframe.fast.steps) against the same layer
-run step by step (``one_call=False``): the same centers, assignments, trajectory and n_iter, bit
+run step by step (its plan's ``one_kernel_call`` off): the same centers, assignments, trajectory and n_iter, bit
 for bit."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -36,6 +38,16 @@ def assert_same(fused, plain):
         assert torch.equal(a, b), field
 
 
+def one_by_one(model, X, C0):
+    """The model's run with its steps one by one (its plan's ``one_kernel_call`` off)."""
+    plan = model.plan
+    model.plan = dataclasses.replace(plan, one_kernel_call=False)
+    try:
+        return model(X, C0)
+    finally:
+        model.plan = plan
+
+
 def lloyd(d, k, n_layers=10, dtype=torch.float64, **options):
     return ktframe.build_model("lloyd", d=d, k=k, n_layers=n_layers, reset="identity", dtype=dtype, **options)
 
@@ -50,7 +62,7 @@ def test_one_call_equals_the_steps_one_by_one(dtype, B, n, d, k, n_layers, kerne
     model = lloyd(d, k, n_layers, dtype)
     fused = model(X, C0)
     assert len(kernel_calls) >= 1
-    assert_same(fused, model(X, C0, one_call=False))
+    assert_same(fused, one_by_one(model, X, C0))
     assert (fused.n_iter <= n_layers).all()
 
 
@@ -64,7 +76,7 @@ def test_ties_are_left_to_the_layer_for_those_tasks(kernel_calls):
     model = lloyd(2, 6)
     fused = model(X, C0)
     assert len(kernel_calls) == 2  # the steps, and the trajectories filled after the layer's
-    assert_same(fused, model(X, C0, one_call=False))
+    assert_same(fused, one_by_one(model, X, C0))
     assert fused.assignments.max(dim=-1).values.lt(1).any()  # some point is shared between centers
 
 
@@ -76,7 +88,7 @@ def test_an_emptied_cluster_keeps_its_center(kernel_calls):
     model = lloyd(2, 3)
     fused = model(X, C0)
     assert len(kernel_calls) == 1
-    assert_same(fused, model(X, C0, one_call=False))
+    assert_same(fused, one_by_one(model, X, C0))
     assert (fused.centers[:, 2] == 100.0).all()
 
 
@@ -104,7 +116,7 @@ def test_the_any_k_model_takes_it_too(kernel_calls):
     model = lloyd(3, 5, any_k=True)
     fused = model(X, C0)
     assert len(kernel_calls) == 1
-    assert_same(fused, model(X, C0, one_call=False))
+    assert_same(fused, one_by_one(model, X, C0))
 
 
 @pytest.mark.parametrize(
@@ -120,8 +132,10 @@ def test_where_it_does_not_apply_the_steps_run_one_by_one(case, kernel_calls):
         model = ktframe.build_model("lloyd", d=d, k=3, n_layers=5, gamma=50.0, dtype=torch.float64)
     else:
         model = lloyd(d, 3, 5, share_weights=case != "layers of their own")
+    if case in ("asked to", "every step on every task"):
+        model.plan = dataclasses.replace(model.plan, **{"one_kernel_call" if case == "asked to" else "skip_settled": False})
     with torch.set_grad_enabled(case == "autograd"):
-        result = model(X.requires_grad_(case == "autograd"), C0, skip_settled=case != "every step on every task", one_call=case != "asked to")
+        result = model(X.requires_grad_(case == "autograd"), C0)
     assert kernel_calls == []
     expected = reference.lloyd(X.detach(), C0, 5) if case != "finite gamma" else None
     if expected is not None:

@@ -307,61 +307,64 @@ def _tile(t, chunks, chunk, m):
 
 
 @kernel(parallel=True, nogil=True)
-def _argmax_direct(q, keys, a, bk, bounds, exact, index, skip, chunk, workers, tally, write):
-    # For a few coordinates a matrix product costs more in its own overhead than in arithmetic:
-    # the scores are summed here, a tile of `chunk` queries at a time, key by key across the
-    # tile's queries. Each of `workers` slots takes a run of tiles (_share), with scratch space of
-    # its own (many small tasks make many small tiles), and its own partial sums if there are
-    # several (see argmax_dot). A tile's task's key terms are taken when the slot reaches it:
-    # one pass over n × d keys beside the tile's rows × n × d products, and no call of its own.
-    B, m, d = q.shape
+def _argmax_tiles(q, q_strides, B, m, d, keys, a, bk, reach, bounds, exact, index, skip, chunk, workers, tally, write):
+    # Each of `workers` slots takes a run of tiles of `chunk` queries (_share), with scratch space
+    # of its own (many small tasks make many small tiles) and its own partial sums if there are
+    # several (see argmax_dot): a tile's logits, made and reduced while they are in cache (the
+    # logits of a whole block, as PyTorch would build them, go out to memory and back), its
+    # verdict, then what follows of it (_settle). Keys (B, n, d) of as many coordinates as the
+    # queries have their scores summed here (_direct_logits), and a tile's task's key terms
+    # taken when the slot reaches it: one pass over n × d keys beside the tile's rows × n × d
+    # products, and no call of its own. Keys (B, n, d + 1) hold the bias b ‖k‖² as their last
+    # coordinate and reach (B,) their tasks' largest norms: a tile's logits are one BLAS product
+    # (_gemm_logits). The queries come as flat unit-stride rows (see _flat).
     n = keys.shape[1]
+    direct = keys.shape[2] == d
     chunks = (m + chunk - 1) // chunk
     parts = tally[3].shape[0] // max(1, B * n)
     undecided = np.zeros(workers, np.int64)
     for worker in prange(workers):
         part = worker if parts > 1 else 0
-        bias, scaled, logits, scratch, squares, margin, hits, columns = _tile_scratch(chunk, d, n, q.dtype)
-        reach = 0.0
+        space = _tile_scratch(chunk, d, n if direct else 0, q.dtype)
+        bias, hits, columns = space[0], space[6], space[7]
+        task_reach = 0.0
         task = -1
         for t in _share(worker, workers, B * chunks):
             b, lo, rows = _tile(t, chunks, chunk, m)
             if skip[b]:
                 continue
             if b != task:
-                reach, task = _task_key_terms(keys, b, bk, bias), b
-            _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, logits, scratch, squares, margin, hits, columns)
+                task_reach, task = _task_key_terms(keys, b, bk, bias) if direct else reach[b], b
+            logits = _direct_logits(q, q_strides, keys, b, lo, rows, a, space) if direct else _gemm_logits(q, q_strides, keys, b, lo, rows, a, space)
+            _verdict(q, q_strides, keys, b, lo, rows, logits, task_reach, bounds, exact, space)
             undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, part)
     return undecided.sum()
 
 
 @kernel(inline="always", nogil=True)
-def _decide_scratch(chunk, dtype):
-    # _decide's scratch for a tile of `chunk` queries: (best, floor).
-    return np.empty(chunk, dtype), np.empty(chunk)
-
-
-@kernel(inline="always", nogil=True)
 def _tile_scratch(chunk, d, n, dtype):
-    # A slot's scratch space for _direct_tile: (the key biases, the tile's queries times a
-    # (coordinate-major), their logits (key-major), _decide's scratch, their squared norms,
-    # margins, hits and winning columns).
+    # A slot's scratch space for a tile of `chunk` queries: (the key biases (n), the tile's
+    # queries times a, coordinate-major, with a last coordinate 1 for a product's bias, their
+    # logits, key-major (n of them: none where a product makes them), _decide's scratch (best,
+    # floor), their squared norms, margins, hits and winning columns).
     f = np.empty
-    return f(n, dtype), f((d, chunk), dtype), f((n, chunk), dtype), _decide_scratch(chunk, dtype), f(chunk), f(chunk), f(chunk, np.int32), f(chunk, np.int32)
+    return f(n, dtype), f((d + 1, chunk), dtype), f((n, chunk), dtype), (f(chunk, dtype), f(chunk)), f(chunk), f(chunk), f(chunk, np.int32), f(chunk, np.int32)
 
 
 @kernel(inline="always", nogil=True)
-def _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, logits, scratch, squares, margin, hits, columns):
-    # The verdict (hits, columns: see _decide) on the queries lo, ..., lo + rows − 1 of task b,
-    # with scores summed here, key by key across the tile's queries, in the scratch space of
-    # _tile_scratch; the key biases and reach are task b's (_task_key_terms). Float32 near ties
-    # are settled in float64.
-    d, n = q.shape[2], keys.shape[1]
+def _direct_logits(q, q_strides, keys, b, lo, rows, a, space):
+    # The logits (key-major, in the scratch `space`) of the queries lo, ..., lo + rows − 1 of
+    # task b against keys (B, n, d) whose biases are in space (_task_key_terms): for a few
+    # coordinates a matrix product costs more in its own overhead than in arithmetic, so the
+    # scores are summed here, key by key across the tile's queries.
+    bias, scaled, logits, squares = space[0], space[1], space[2], space[4]
+    d, n = keys.shape[2], keys.shape[1]
+    u = np.uint64
     for i in range(rows):
         squares[i] = 0.0
     for c in range(d):
         for i in range(rows):
-            x = a * q[b, lo + i, c]
+            x = a * q[u(b) * q_strides[0] + u(lo + i) * q_strides[1] + u(c)]
             scaled[c, i] = x
             squares[i] += np.float64(x) * np.float64(x)
     for j in range(n):
@@ -372,57 +375,45 @@ def _direct_tile(q, keys, b, lo, rows, a, reach, bounds, exact, bias, scaled, lo
             w = keys[b, j, c]
             for i in range(rows):
                 logit[i] += scaled[c, i] * w
+    return logits
+
+
+@kernel(inline="always", nogil=True)
+def _gemm_logits(q, q_strides, keys, b, lo, rows, a, space):
+    # The logits (key-major) of the queries lo, ..., lo + rows − 1 of task b against keys
+    # (B, n, d + 1) whose last coordinate is the bias: one BLAS product with the tile of queries
+    # times a (coordinate-major, as BLAS wants it), whose last coordinate 1 adds the bias.
+    whole, squares = space[1], space[4]
+    d = whole.shape[0] - 1
+    tile = whole if rows == whole.shape[1] else np.empty((d + 1, rows), whole.dtype)
+    u = np.uint64
+    for i in range(rows):
+        start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
+        total = 0.0
+        for c in range(u(d)):
+            x = a * q[start + c]
+            tile[c, i] = x
+            total += np.float64(x) * np.float64(x)
+        squares[i] = total
+        tile[d, i] = 1
+    return np.dot(keys[b], tile)
+
+
+@kernel(inline="always", nogil=True)
+def _verdict(q, q_strides, keys, b, lo, rows, logits, reach, bounds, exact, space):
+    # The verdict (hits, columns in the scratch `space`: see _decide) on the queries lo, ...,
+    # lo + rows − 1 of task b from their key-major logits, reach being task b's largest key norm;
+    # for float32 inputs, a query inside the rounding bound is settled again in float64
+    # (_exact_winner), which leaves only exact ties (and NaN) undecided.
+    scratch, squares, margin, hits, columns = space[3], space[4], space[5], space[6], space[7]
+    d = space[1].shape[0] - 1
+    u = np.uint64
     _decide(logits, rows, squares, reach, bounds, scratch[0], scratch[1], margin, hits, columns)
     for i in range(rows):
         if exact[3] and hits[i] > 1 and margin[i] < np.inf:
-            columns[i] = _exact_winner(q[b, lo + i], keys[b].T, exact)
+            start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
+            columns[i] = _exact_winner(q[start : start + u(d)], keys[b].T, exact)
             hits[i] = 1 if columns[i] >= 0 else hits[i]
-
-
-@kernel(parallel=True, nogil=True)
-def _argmax_gemm(q, q_strides, B, m, d, keys, a, reach, bounds, exact, index, skip, chunk, workers, tally, write):
-    # A tile of `chunk` queries against all keys per step, through a BLAS product (np.dot), and
-    # reduced while it is in cache: the logits of a whole block, as PyTorch would build them, go
-    # out to memory and back. keys (B, n, d + 1) hold the bias as their last coordinate, which
-    # the product adds against a last coordinate 1 of the tile. The logits come key-major, for
-    # _decide, from a coordinate-major tile. The queries come as flat unit-stride rows (see
-    # _flat); tiles are dealt to workers as in _argmax_direct.
-    n = keys.shape[1]
-    chunks = (m + chunk - 1) // chunk
-    parts = tally[3].shape[0] // max(1, B * n)
-    undecided = np.zeros(workers, np.int64)
-    u = np.uint64
-    for worker in prange(workers):
-        part = worker if parts > 1 else 0
-        whole = np.empty((d + 1, chunk), q.dtype)  # a tile of queries times a, as BLAS wants it
-        squares = np.empty(chunk)
-        best, floor = _decide_scratch(chunk, q.dtype)
-        margin = np.empty(chunk)
-        hits = np.empty(chunk, np.int32)
-        columns = np.empty(chunk, np.int32)
-        for t in _share(worker, workers, B * chunks):
-            b, lo, rows = _tile(t, chunks, chunk, m)
-            if skip[b]:
-                continue
-            tile = whole if rows == chunk else np.empty((d + 1, rows), q.dtype)
-            for i in range(rows):
-                start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
-                total = 0.0
-                for c in range(u(d)):
-                    x = a * q[start + c]
-                    tile[c, i] = x
-                    total += np.float64(x) * np.float64(x)
-                squares[i] = total
-                tile[d, i] = 1
-            logits = np.dot(keys[b], tile)
-            _decide(logits, rows, squares, reach[b], bounds, best, floor, margin, hits, columns)
-            for i in range(rows):
-                if exact[3] and hits[i] > 1 and margin[i] < np.inf:
-                    start = u(b) * q_strides[0] + u(lo + i) * q_strides[1]
-                    columns[i] = _exact_winner(q[start : start + u(d)], keys[b].T, exact)
-                    hits[i] = 1 if columns[i] >= 0 else hits[i]
-            undecided[worker] += _settle(b, lo, rows, hits, columns, index, n, tally, write, part)
-    return undecided.sum()
 
 
 @kernel(inline="always", nogil=True)
@@ -596,15 +587,13 @@ def argmax_dot(
     moved = torch.zeros(B if tracking else 0, dtype=torch.bool)
     write = _write(gather, k.dtype, moved, known is not None)
     a, b = dtype.type(a), dtype.type(b)
-    work = (index.numpy(), _skipped(skip, B), tile, slots, tally, write)
-    if direct:
-        with _using(threads):
-            undecided = _argmax_direct(_array(q), keys, a, b, bounds, exact, *work)
-    else:
+    if direct:  # the key terms are taken in the kernel; contiguous keys, which a product would want
+        keys, reach, blas = np.ascontiguousarray(keys), np.empty(0), contextlib.nullcontext()
+    else:  # the bias rides as the keys' last coordinate
         bias, reach = _key_terms(keys, b)
-        keys = np.concatenate([keys, bias[..., None]], axis=-1)
-        with _blas_controller().limit(limits=1, user_api="blas"), _using(threads):
-            undecided = _argmax_gemm(*_flat(q), B, m, d, keys, a, reach, bounds, exact, *work)
+        keys, blas = np.concatenate([keys, bias[..., None]], axis=-1), _blas_controller().limit(limits=1, user_api="blas")
+    with blas, _using(threads):
+        undecided = _argmax_tiles(*_flat(q), B, m, d, keys, a, b, reach, bounds, exact, index.numpy(), _skipped(skip, B), tile, slots, tally, write)
     moved = moved if tracking else None
     if values is None:
         return Winners(index, int(undecided), moved=moved)
@@ -776,18 +765,18 @@ def _record(read, b, trajectory, first, last):
 
 
 @kernel(parallel=True, nogil=True)
-def _hard_steps(q, keys, a, bk, bounds, exact, index, tally, write, update, trajectory, state, steps, workers):
-    # hard_steps: each task on its own, step after step, in one tile of _direct_tile; each of
+def _hard_steps(q, q_strides, B, m, keys, a, bk, bounds, exact, index, tally, write, update, trajectory, state, steps, workers):
+    # hard_steps: each task on its own, step after step, in one tile of _direct_logits; each of
     # `workers` slots takes a run of tasks (_share), with scratch space of its own.
-    B, m, d = q.shape
-    n = keys.shape[1]
+    n, d = keys.shape[1], keys.shape[2]
     cq, ckeys, own, out, read = update
     at, settled, n_iter, stopped = state
     flat_sums, flat_sizes, moved = tally[2], tally[3], write[4]
     f = out.shape[2]
     sums, sizes = flat_sums.reshape(B, n, f), flat_sizes.reshape(B, n)
     for worker in prange(workers):
-        bias, scaled, logits, scratch, squares, margin, hits, columns = _tile_scratch(m, d, n, q.dtype)
+        space = _tile_scratch(m, d, n, q.dtype)
+        bias, hits = space[0], space[6]
         kv = np.empty((cq.shape[2], f), out.dtype)
         mass = np.empty(cq.shape[2], out.dtype)
         numerator = np.empty(f, out.dtype)
@@ -796,7 +785,7 @@ def _hard_steps(q, keys, a, bk, bounds, exact, index, tally, write, update, traj
             s = at[b]
             while s < steps and not settled[b]:
                 reach = _task_key_terms(keys, b, bk, bias)
-                _direct_tile(q, keys, b, 0, m, a, reach, bounds, exact, bias, scaled, logits, scratch, squares, margin, hits, columns)
+                _verdict(q, q_strides, keys, b, 0, m, _direct_logits(q, q_strides, keys, b, 0, m, a, space), reach, bounds, exact, space)
                 clear = True
                 for i in range(m):
                     clear &= hits[i] == 1
@@ -808,7 +797,7 @@ def _hard_steps(q, keys, a, bk, bounds, exact, index, tally, write, update, traj
                 for x in range(b * n, (b + 1) * n):
                     flat_sizes[x] = 0
                 moved[b] = False
-                _settle(b, 0, m, hits, columns, index, n, tally, write, 0)
+                _settle(b, 0, m, hits, space[7], index, n, tally, write, 0)
                 for j in range(out.shape[1]):
                     for c in range(f):
                         before[0, j, c] = out[b, j, c]
@@ -863,7 +852,7 @@ def hard_steps(
     threads = _thread_count(B * m * n * d)
     with _using(threads):
         _hard_steps(
-            _array(q), _array(k), dtype.type(a), dtype.type(b), bounds, exact, np.empty((B, m), np.int64), tally, _write(gather, k.dtype, moved),
+            *_flat(q), B, m, _array(k), dtype.type(a), dtype.type(b), bounds, exact, np.empty((B, m), np.int64), tally, _write(gather, k.dtype, moved),
             tuple(_array(t) for t in update), _array(trajectory), state, trajectory.shape[1] - 1, min(B, threads),
         )  # fmt: skip
     return stopped

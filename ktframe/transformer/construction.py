@@ -13,7 +13,7 @@ from ktframe.components.maps import AttentionMap, Hardmax, Normalize, Softmax
 from ktframe.components.scores import ClusterEuclidean, Euclidean, Score
 from ktframe.components.scores import Linear as LinearScore
 from ktframe.core.errors import InputError
-from ktframe.transformer.model import AttentionHead, Layer, Linear, Select
+from ktframe.transformer.model import AttentionHead, Layer, Linear, Planned, Select
 
 
 def coords(start: int, stop: int) -> list[int]:
@@ -155,7 +155,7 @@ def lloyd_family_layer(
     )
 
 
-class HeadGroup(nn.Module):
+class HeadGroup(Planned, nn.Module):
     """Heads side by side, each writing its own run of one contiguous slot: multi-head attention
     whose heads' outputs are concatenated. To a layer it is one head (``slot``, called with
     queries and keys), so a construction can give a stream several heads where the layer has one,
@@ -172,6 +172,8 @@ class HeadGroup(nn.Module):
         self.widths = [(head.k(probe).shape[-1], head.v(probe).shape[-1]) for head in heads]  # each head's K and V widths
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        if self.plan is not None:
+            return self.plan.forward(self, queries, keys)
         return torch.cat([head(queries, keys) for head in self.heads], dim=-1)
 
     def weights(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -187,7 +189,8 @@ def stack(make_layer: Callable[[], Layer], n_layers: int, share_weights: bool) -
 def learnable(model: nn.Module) -> nn.Module:
     """The same model with every fixed projection (:class:`Select`) replaced, in place, by a
     learnable linear map with bias, initialised to exactly that projection (bias 0): training
-    starts from the hand-built construction and may move away from it."""
+    starts from the hand-built construction and may move away from it. A model on the fast path
+    is planned again, for its new projections."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, Select):
@@ -196,4 +199,6 @@ def learnable(model: nn.Module) -> nn.Module:
                     linear.weight.copy_(child.matrix)
                     linear.bias.zero_()
                 setattr(parent, name, linear)
+    if getattr(model, "plan", None) is not None:
+        model.plan.replan(model)
     return model

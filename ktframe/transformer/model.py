@@ -14,9 +14,10 @@ and one head is
 written into its ``slot`` of the query tokens. Read top to bottom: projections, one head (4), a
 feed-forward block, one layer (1)–(3), the model (embed, apply the layers, read the centers).
 
-This file is the plain definition: what a model computes, with nothing but PyTorch. The same
-modules run faster through :mod:`ktframe.fast`, which a variant chooses when it builds its model
-(in-place updates, fused attention and arg-max kernels, cluster sums, skipping converged tasks);
+This file is the plain definition: what a model computes, with nothing but PyTorch. A variant
+chooses the fast path when it builds its model: :func:`ktframe.fast.accelerate` gives each module a
+``plan`` (in-place updates, fused attention and arg-max kernels, cluster sums, skipping converged
+tasks), to which each class below hands its call at one point, ``if self.plan is not None``.
 ``tests/test_fast.py`` checks every variant's fast model against this definition.
 """
 
@@ -37,6 +38,16 @@ from ktframe.core.validation import check_model_inputs
 # A head takes its queries in blocks whose logits hold at most MEMORY_BLOCK numbers, so that the
 # n × n point self-attention needs memory that grows with n, not n².
 MEMORY_BLOCK = 1 << 24
+
+
+class Planned:
+    """A module that the fast path may plan: ``plan`` is None in the plain definition, set by
+    :func:`ktframe.fast.accelerate`, and shown by ``repr``."""
+
+    plan = None
+
+    def extra_repr(self) -> str:
+        return "" if self.plan is None else f"plan={self.plan}"
 
 
 # --- projections: Q, K, V ---------------------------------------------------------------------
@@ -86,7 +97,7 @@ class Linear(nn.Linear):
 # --- one attention head: (4) --------------------------------------------------------------------
 
 
-class AttentionHead(nn.Module):
+class AttentionHead(Planned, nn.Module):
     """``map(γ · score(Q z, K z')) · V z'``, written into ``slot`` of the query tokens.
 
     ``score`` and ``attention_map`` are registry components. ``gamma`` is the inverse temperature
@@ -118,6 +129,8 @@ class AttentionHead(nn.Module):
         self.identity = identity
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        if self.plan is not None:
+            return self.plan.forward(self, queries, keys)
         if self.identity:
             return self.v(queries)
         q, k, v = self.q(queries), self.k(keys), self.v(keys)
@@ -191,7 +204,7 @@ def add_into(tokens: torch.Tensor, slot: slice, update: torch.Tensor) -> torch.T
 # --- one layer: (1)–(3) ---------------------------------------------------------------------------
 
 
-class Layer(nn.Module):
+class Layer(Planned, nn.Module):
     """One Lloyd iteration's worth of attention: the point stream (1), then the center stream (2)
     reading the points as (1) left them, then the feed-forward block (3), if any."""
 
@@ -214,6 +227,8 @@ class Layer(nn.Module):
         self.center_ffn = center_ffn
 
     def forward(self, points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.plan is not None:
+            return self.plan.forward(self, points, centers)
         # The self-attention is added first: in the constructions it erases the old value, and
         # y + (−y) is exactly 0, where (y + new) − y would round.
         p, c = self.point_norm(points), self.center_norm(centers)
@@ -236,7 +251,7 @@ class Layer(nn.Module):
 # --- the model ------------------------------------------------------------------------------------
 
 
-class KMeansTransformer(nn.Module):
+class KMeansTransformer(Planned, nn.Module):
     """Embeds points and initial centers, applies the layers, reads the centers back.
 
     ``layers`` holds one layer per step, or a single layer shared by every step. ``forward`` can
@@ -269,6 +284,8 @@ class KMeansTransformer(nn.Module):
         that same layer without re-embedding: the task has then converged, as Lloyd's algorithm
         does when its assignments stop changing. Elsewhere it is the number of steps.
         """
+        if self.plan is not None:
+            return self.plan.forward(self, X, C0, n_steps=n_steps, reembed=reembed)
         X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype, any_k=self.embedding.any_k)
         steps = self.n_layers if n_steps is None else n_steps
         points, centers = self.embedding.points(X, self.k), self.embedding.centers(C0)

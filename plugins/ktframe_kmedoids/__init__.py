@@ -17,8 +17,6 @@ import math
 
 import torch
 
-from ktframe.components.maps import GumbelHardmax
-from ktframe.fast import FastKMeansTransformer, FastLayer
 from ktframe.plugin import (
     AttentionHead,
     InputError,
@@ -61,21 +59,11 @@ class SeededTransformer(KMeansTransformer):
     """Restarts every Gumbel map's generator before each run, so a run depends on the seed only."""
 
     def forward(self, *args, **kwargs):
+        gumbel = registry().get("map", "gumbel-hardmax")
         for module in self.modules():
-            if isinstance(module, AttentionHead) and isinstance(module.map, GumbelHardmax):
+            if isinstance(module, AttentionHead) and isinstance(module.map, gumbel):
                 module.map.reseed()
         return super().forward(*args, **kwargs)
-
-
-class FastMedoidLayer(MedoidLayer, FastLayer):
-    """:class:`MedoidLayer` on the fast path (its second hop through the fast layer's update)."""
-
-
-class FastSeededTransformer(SeededTransformer, FastKMeansTransformer):
-    """:class:`SeededTransformer` on the fast path."""
-
-
-FAST_MEDOIDS = {MedoidLayer: FastMedoidLayer, SeededTransformer: FastSeededTransformer}
 
 
 def check_beta(beta: float) -> float:
@@ -103,7 +91,7 @@ def build(
         )  # fmt: skip
 
     model = SeededTransformer(reg.get("embedding", "onehot")(), stack(make_layer, n_layers, share_weights), d=d, k=k, n_layers=n_layers)
-    return accelerate(model, also=FAST_MEDOIDS) if fast else model
+    return accelerate(model) if fast else model
 
 
 def randomized_kmedoids(X: torch.Tensor, C0: torch.Tensor, n_iter: int, *, beta: float = BETA, seed: int = SEED):
