@@ -87,11 +87,20 @@ def assignment_map(gamma: float) -> tuple[AttentionMap, float]:
 
 
 def assignment_head(
-    width: int, xs: Sequence[int], ys: Sequence[int], *, gamma: float, score: Score | None = None, qk_norm: Callable[[int], nn.Module] | None = None
+    width: int,
+    xs: Sequence[int],
+    ys: Sequence[int],
+    *,
+    gamma: float,
+    score: Score | None = None,
+    attention_map: AttentionMap | None = None,
+    qk_norm: Callable[[int], nn.Module] | None = None,
 ) -> AttentionHead:
     """Point → centers: writes the index of the best-scoring center (Euclidean by default) into
-    the assignment, softly at finite ``gamma``; ``qk_norm`` normalises the queries and keys."""
-    choose, g = assignment_map(gamma)
+    the assignment, softly at finite ``gamma``; ``qk_norm`` normalises the queries and keys.
+    ``attention_map`` replaces the choice :func:`assignment_map` makes (fuzzy memberships, say),
+    at inverse temperature ``gamma`` as given."""
+    choose, g = assignment_map(gamma) if attention_map is None else (attention_map, gamma)
     score = Euclidean() if score is None else score
     return fixed_head(width, q=xs, k=xs, v=ys, score=score, attention_map=choose, gamma=g, norm=qk_norm, normed="qk" if qk_norm else "")
 
@@ -106,19 +115,25 @@ def check_reset(reset: str) -> str:
     return reset
 
 
-def reset_head(width: int, on: Sequence[int], erase: Sequence[int], *, identity: bool = False) -> AttentionHead:
+def reset_head(width: int, on: Sequence[int], erase: Sequence[int], *, identity: bool = False, attention_map: AttentionMap | None = None) -> AttentionHead:
     """Self-attention that erases coordinates ``erase`` of every token: a hard arg-max over
     coordinates ``on`` picks the token itself (or its exact duplicates, which hold the same
     ``erase`` coordinates) and writes minus them. Exact at any temperature of the other heads, and
-    so is its ``identity`` mode (the token itself, without the n × n arg-max)."""
-    return fixed_head(width, q=on, k=on, v=erase, v_scale=-1.0, score=Euclidean(), attention_map=Hardmax(), identity=identity)
+    so is its ``identity`` mode (the token itself, without the n × n arg-max). Another
+    ``attention_map`` than the arg-max is a reset no longer exact."""
+    choose = Hardmax() if attention_map is None else attention_map
+    return fixed_head(width, q=on, k=on, v=erase, v_scale=-1.0, score=Euclidean(), attention_map=choose, identity=identity)
 
 
-def mean_head(width: int, xs: Sequence[int], ys: Sequence[int], *, v_norm: Callable[[int], nn.Module] | None = None) -> AttentionHead:
+def mean_head(
+    width: int, xs: Sequence[int], ys: Sequence[int], *, v_norm: Callable[[int], nn.Module] | None = None, attention_map: AttentionMap | None = None
+) -> AttentionHead:
     """Center → points: normalized linear attention ``e_j·y_i / Σ e_j·y_i'`` writes the
     (assignment-weighted) mean of the cluster's points (normalised by ``v_norm`` first, if given);
-    an empty cluster keeps its center."""
-    return fixed_head(width, q=ys, k=ys, v=xs, score=LinearScore(), attention_map=Normalize(), norm=v_norm, normed="v" if v_norm else "")
+    an empty cluster keeps its center. ``attention_map`` weighs the scores ``e_j·y_i`` otherwise
+    (a power of the memberships, say) instead of normalising them."""
+    weigh = Normalize() if attention_map is None else attention_map
+    return fixed_head(width, q=ys, k=ys, v=xs, score=LinearScore(), attention_map=weigh, norm=v_norm, normed="v" if v_norm else "")
 
 
 def cluster_head(width: int, xs: Sequence[int], ys: Sequence[int], attention_map: AttentionMap, *, gamma: float = 1.0) -> AttentionHead:
@@ -136,18 +151,19 @@ def lloyd_family_layer(
     gamma: float,
     center_cross: AttentionHead,
     score: Score | None = None,
+    attention_map: AttentionMap | None = None,
     qk_norm: Callable[[int], nn.Module] | None = None,
     layer: type[Layer] = Layer,
     identity_resets: bool = False,
     **extra,
 ) -> Layer:
     """One layer of a variant of Lloyd's construction: the assignment head (``score``, softmax at
-    finite ``gamma``, queries and keys normalised by ``qk_norm`` if given), exact resets of the
-    assignment and of the center (in their identity mode with ``identity_resets``), and the
-    variant's own ``center_cross`` head (the center update). ``layer`` and ``extra`` let a
-    variant add heads of its own."""
+    finite ``gamma`` or ``attention_map`` if given, queries and keys normalised by ``qk_norm`` if
+    given), exact resets of the assignment and of the center (in their identity mode with
+    ``identity_resets``), and the variant's own ``center_cross`` head (the center update).
+    ``layer`` and ``extra`` let a variant add heads of its own."""
     return layer(
-        point_cross=assignment_head(width, xs, ys, gamma=gamma, score=score, qk_norm=qk_norm),
+        point_cross=assignment_head(width, xs, ys, gamma=gamma, score=score, attention_map=attention_map, qk_norm=qk_norm),
         point_self=reset_head(width, xs, ys, identity=identity_resets),
         center_cross=center_cross,
         center_self=reset_head(width, ys, xs, identity=identity_resets),

@@ -22,6 +22,7 @@ from ktframe.plugin import (
     Select,
     Variant,
     accelerate,
+    assignment_map,
     coords,
     data_tokens,
     exact_tolerance,
@@ -69,11 +70,9 @@ def squared_norm_ffn(width: int, d: int) -> FeedForward:
 
 def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     reg = registry()
-    hard = math.isinf(gamma)
     dot = reg.get("score", "dot")()
-    choose = reg.get("map", "hardmax")() if hard else reg.get("map", "softmax")()
+    choose, g = assignment_map(gamma)
     linear, normalize = reg.get("score", "linear")(), reg.get("map", "normalize")()
-    g = 1.0 if hard else gamma
     width, xs, norm, one, ys = d + 2 + k, coords(0, d), d, d + 1, coords(d + 2, d + 2 + k)
     query = xs + [one]  # [x; 1]
     key = xs + [norm]  # [2c; −‖c‖²]

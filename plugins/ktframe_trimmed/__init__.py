@@ -22,6 +22,7 @@ from ktframe.plugin import (
     KMeansTransformer,
     Variant,
     accelerate,
+    assignment_map,
     cluster_head,
     coords,
     exact_tolerance,
@@ -38,7 +39,7 @@ TRIM = 0.05
 def build(*, d: int, k: int, n_layers: int, gamma: float = math.inf, trim: float = TRIM, share_weights: bool = True, fast: bool = True) -> KMeansTransformer:
     """Hard assignments only: the norm-max update counts the members of a cluster, and a softmax
     assignment (finite gamma) would make every point a member of every cluster."""
-    if not math.isinf(gamma):
+    if not assignment_map(gamma)[0].argmax:
         raise InputError(f"trimmed needs hard assignments: its norm-max update counts the members of each cluster; use gamma=inf (got gamma={gamma:g})")
     reg = registry()
     width, xs, ys = d + k, coords(0, d), coords(d, d + k)
