@@ -311,7 +311,7 @@ CLI_CASES = [
     CliCase("gamma-0", ["good.csv", "--k", "2", "--gamma", "0"], ["argument --gamma", "positive number", "got '0'"], good()),
     CliCase("gamma-negative", ["good.csv", "--k", "2", "--gamma=-1"], ["argument --gamma", "positive number", "got '-1'"], good()),
     CliCase("gamma-nan", ["good.csv", "--k", "2", "--gamma", "nan"], ["argument --gamma", "positive number", "got 'nan'"], good(), out="existing"),
-    CliCase("init-name", ["good.csv", "--k", "2", "--init", "kmeans++"], ["argument --init", "invalid choice: 'kmeans++'", "'k-means++', 'random'"], good()),
+    CliCase("init-name", ["good.csv", "--k", "2", "--init", "kmeans"], ["argument --init", "invalid choice: 'kmeans'", "'k-means++', 'random'"], good()),
     CliCase("seed-negative", ["good.csv", "--k", "2", "--seed", "-1"], ["argument --seed", "non-negative integer", "got '-1'"], good()),
     CliCase("seed-text", ["good.csv", "--k", "2", "--seed", "abc"], ["argument --seed", "non-negative integer", "got 'abc'"], good(), out="existing"),
     CliCase("layers-0", ["good.csv", "--k", "2", "--layers", "0"], ["n_layers must be an integer >= 1", "got 0"], good()),

@@ -80,7 +80,7 @@ def test_help_names_the_new_keys(tmp_path):
 def test_the_trained_k_gives_the_same_report_however_it_is_named(fixed, tmp_path):
     default = evaluate(fixed, tmp_path / "default", cli=True)
     assert default["primary"] == {"init": "random", "n": 32, "k": 3}  # the first init, the training n and k
-    assert [(s["init"], s["n"], s["k"]) for s in default["settings"]] == [("random", 8, 3), ("random", 32, 3), ("kmeans++", 8, 3), ("kmeans++", 32, 3)]
+    assert [(s["init"], s["n"], s["k"]) for s in default["settings"]] == [("random", 8, 3), ("random", 32, 3), ("k-means++", 8, 3), ("k-means++", 32, 3)]
     for overrides in (["eval.ks=[3]"], ["data.k=3"]):
         named = evaluate(fixed, tmp_path / overrides[0].split("=")[0], *overrides)
         assert named["settings"] == default["settings"], overrides
@@ -183,7 +183,7 @@ def test_an_unknown_baseline_is_one_line(fixed, tmp_path):
 def test_a_model_for_any_k_is_evaluated_at_every_k_asked(any_k, tmp_path):
     report = evaluate(any_k, tmp_path / "ks", "eval.ks=[2,3,4]")
     settings = [(s["init"], s["n"], s["k"]) for s in report["settings"]]
-    assert settings == [(init, n, k) for init in ("random", "kmeans++") for n in (8, 32) for k in (2, 3, 4)]
+    assert settings == [(init, n, k) for init in ("random", "k-means++") for n in (8, 32) for k in (2, 3, 4)]
     assert report["primary"] == {"init": "random", "n": 32, "k": 3}  # the checkpoint's data.k
     assert all(math.isfinite(v) for s in report["settings"] for values in s["log_objective"].values() for v in values)
     # Each k its own tasks and starts.

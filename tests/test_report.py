@@ -19,7 +19,7 @@ from ktframe.cli.main import build_parser, main
 RATIOS = {"a": 0.9, "b": 1.0, "deep/group/c": 1.1}  # run folder → val/ratio; one run two levels down
 ARIS = {"a": 0.7, "b": 0.8}  # the third run has no val/ari
 SHIFTS = {"a": 0.0, "b": 0.1, "deep/group/c": 0.3}  # run folder → how far its eval curves are moved
-ROWS = [("random", 512, "model"), ("random", 512, "lloyd"), ("kmeans++", 512, "model"), ("kmeans++", 512, "lloyd")]
+ROWS = [("random", 512, "model"), ("random", 512, "lloyd"), ("k-means++", 512, "model"), ("k-means++", 512, "lloyd")]
 
 
 def eval_curves(shift: float, steps: int = 3) -> dict[tuple[str, int], dict[str, list[float]]]:
@@ -27,7 +27,7 @@ def eval_curves(shift: float, steps: int = 3) -> dict[tuple[str, int], dict[str,
     tail = [1.2 + shift] * (steps - 3)
     return {
         ("random", 512): {"model": [3.0, 2.0 + shift, 1.6 + shift, 1.5 + 2 * shift, *tail], "lloyd": [3.0, 2.2, 1.9 + shift, 1.8 + shift, *tail]},
-        ("kmeans++", 512): {"model": [2.0, 1.5, 1.4 + shift, 1.3 + shift, *tail], "lloyd": [2.0, 1.7, 1.6, 1.6 - shift, *tail]},
+        ("k-means++", 512): {"model": [2.0, 1.5, 1.4 + shift, 1.3 + shift, *tail], "lloyd": [2.0, 1.7, 1.6, 1.6 - shift, *tail]},
     }
 
 
@@ -141,8 +141,8 @@ def test_evaluations_of_several_k_and_final_baselines_are_reported_per_k(tmp_pat
     assert len(rows) == 2 * 2 * 3  # (init) x (k) x (model, lloyd, best-of-10)
     for k in (2, 3):
         assert_stats(rows[("random", 512, k, "best-of-10")], [1.0 + k, 1.2 + k], count="runs")
-        finals = [eval_curves(shift)[("kmeans++", 512)]["model"][-1] + k for shift in (0.0, 0.2)]
-        assert_stats(rows[("kmeans++", 512, k, "model")], finals, count="runs")
+        finals = [eval_curves(shift)[("k-means++", 512)]["model"][-1] + k for shift in (0.0, 0.2)]
+        assert_stats(rows[("k-means++", 512, k, "model")], finals, count="runs")
     assert "| random | 512 | 3 | best-of-10 | 4.1000 ± 0.1414 |" in (root / "report.md").read_text()
 
 

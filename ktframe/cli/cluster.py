@@ -12,6 +12,7 @@ from ktframe.cli import progress
 from ktframe.cli.options import parse_gamma
 from ktframe.core.errors import InputError
 from ktframe.core.io import output_path, write_atomically
+from ktframe.core.names import canonical
 
 
 def _seed(text: str) -> int:
@@ -31,7 +32,7 @@ def add_parser(commands) -> None:
     p.add_argument("--variant", default="lloyd", help="registered variant (default: lloyd)")
     p.add_argument("--layers", type=int, default=10, help="layers = iterations (default: 10)")
     p.add_argument("--gamma", type=parse_gamma, default=math.inf, help="inverse temperature (default: inf, exact)")
-    p.add_argument("--init", choices=("k-means++", "random"), default="k-means++")
+    p.add_argument("--init", type=canonical, choices=("k-means++", "random"), default="k-means++", help="(default: k-means++; also spelt kmeans++)")
     p.add_argument("--seed", type=_seed, default=0, help="random seed of the initialisation (default: 0)")
     p.add_argument("--dtype", choices=("float64", "float32"), default=None, help="precision of the points (default: float64, or float32 for a float32 .npy)")
     p.add_argument("--out", help="write labels here (CSV with a 'label' header), never onto FILE; default (or '-'): standard output")

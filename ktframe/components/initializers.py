@@ -11,5 +11,5 @@ from ktframe.hooks.hookspecs import Register, hookimpl
 @hookimpl
 def ktframe_register_initializers(register: Register) -> None:
     register("random", reference.random_points)
-    register("kmeans++", partial(reference.kmeans_plusplus, greedy=False))
-    register("greedy-kmeans++", partial(reference.kmeans_plusplus, greedy=True))
+    register("k-means++", partial(reference.kmeans_plusplus, greedy=False))  # also spelt kmeans++ (core.names.SPELLINGS)
+    register("greedy-k-means++", partial(reference.kmeans_plusplus, greedy=True))

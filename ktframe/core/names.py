@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import difflib
 
+# One spelling of each name, scikit-learn's; the others that users write are accepted for it.
+SPELLINGS = {"kmeans++": "k-means++", "greedy-kmeans++": "greedy-k-means++"}
+
+
+def canonical(name: str) -> str:
+    """``name`` in its one spelling (``kmeans++`` is ``k-means++``); any other name as it is."""
+    return SPELLINGS.get(name, name) if isinstance(name, str) else name
+
 
 def closest(name: str, candidates: list[str]) -> str | None:
     """The candidate most like ``name``, or None when nothing is close."""

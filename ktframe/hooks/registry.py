@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ktframe.core.errors import PluginError, UnknownNameError
-from ktframe.core.names import unknown_name_message
+from ktframe.core.names import canonical, unknown_name_message
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,9 @@ class Registry:
         return self.entry(kind, name).obj
 
     def entry(self, kind: str, name: str) -> Entry:
+        """The entry of ``name`` (in any of its spellings, :func:`~ktframe.core.names.canonical`)."""
         entries = self._entries.get(kind, {})
+        name = canonical(name)
         if not isinstance(name, str) or name not in entries:
             raise UnknownNameError(unknown_name_message(kind, str(name), list(entries)))
         return entries[name]

@@ -24,7 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from ktframe.clustering.baselines import BASELINES
 from ktframe.core.errors import InputError
-from ktframe.core.names import closest
+from ktframe.core.names import canonical, closest
 from ktframe.core.tasks import FAMILIES, TaskDistribution, TaskError
 from ktframe.plugin.build import get_variant
 from ktframe.plugin.variant import check_options
@@ -47,7 +47,7 @@ class DataConfig:
     batch_size: int = key(32, "tasks per training step (per DDP rank)")
     val_tasks: int = key(320, "fixed validation tasks")
     val_batch_size: int = key(64, "validation tasks per batch")
-    init: str = key("random", "initial centers: an initialiser name (random, kmeans++, greedy-kmeans++)")
+    init: str = key("random", "initial centers: an initialiser name (random, k-means++, greedy-k-means++; kmeans++ is k-means++)")
     seed: int = key(II("trainer.seed"), "seed of the training tasks (each rank and worker draws its own stream); default: trainer.seed")
     val_seed: int = key(20260, "seed of the fixed validation tasks")
     num_workers: int = key(0, "dataloader workers drawing training tasks")
@@ -147,7 +147,7 @@ class EvalConfig:
     tasks: int = key(320, "unseen tasks per setting")
     steps: int = key(20, "steps of the model (and of Lloyd) from the initial centers")
     seed: int = key(777, "seed of the evaluation tasks")
-    inits: list = key(help="initial centers: initialiser names", factory=lambda: ["random", "kmeans++"])
+    inits: list = key(help="initial centers: initialiser names", factory=lambda: ["random", "k-means++"])
     ns: list = key(help="points per task, one setting each", factory=lambda: [128, 256, 512, 1024, 2048])
     family: Optional[str] = key(None, "noise family; null: the training family")
     ks: Optional[list] = key(None, "clusters per task, one setting each (a model trained for any k: each up to its maximum); null: data.k")
@@ -332,6 +332,9 @@ def merge(*layers: Any) -> DictConfig:
         cfg = OmegaConf.merge(base, *layers)
     except OmegaConfBaseException as exc:
         raise InputError(_type_error(exc)) from None
+    # Initialisers in their one spelling (kmeans++ is k-means++), as the run's config and its tables show them.
+    cfg.data.init = canonical(cfg.data.init)
+    cfg.eval.inits = [canonical(name) for name in cfg.eval.inits]
     check_values(cfg)
     return cfg
 

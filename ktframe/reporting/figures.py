@@ -20,7 +20,7 @@ from ktframe.plugin.build import build_model  # noqa: E402
 
 HEADS = ("point_cross", "point_self", "center_cross", "center_self")
 LABELS = {
-    "model": "learned model", "lloyd": "Lloyd (same start)", "kmeans++": "k-means++ + Lloyd", "greedy-kmeans++": "greedy k-means++ + Lloyd",
+    "model": "learned model", "lloyd": "Lloyd (same start)", "k-means++": "k-means++ + Lloyd", "greedy-k-means++": "greedy k-means++ + Lloyd",
     "breathing-kmeans": "breathing k-means", "best-of-10": "best of 10 (scikit-learn)", "model+lloyd": "learned model, last steps Lloyd",
 }  # fmt: skip
 
@@ -135,7 +135,7 @@ def training_figures(model, X: torch.Tensor, C0: torch.Tensor, labels: torch.Ten
         return [reference.objective(X, trajectory[:, t]).log().mean().item() for t in range(steps + 1)]
 
     return {
-        "objective": objective_figure({"model": curve(traj), "lloyd": curve(lloyd), "kmeans++": curve(plain)}, "validation tasks"),
+        "objective": objective_figure({"model": curve(traj), "lloyd": curve(lloyd), "k-means++": curve(plain)}, "validation tasks"),
         "trajectories": trajectory_figure(X[0].cpu(), traj[0].cpu(), labels[0].cpu(), "model: center trajectories on a validation task"),
         "qk": qk_figure(model, model.d, model.k),
         "attention": attention_figure(model, X[:1], C0[:1]),

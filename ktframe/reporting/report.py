@@ -33,6 +33,7 @@ from scipy import special
 
 from ktframe.core.errors import InputError
 from ktframe.core.io import check_writable, write_atomically
+from ktframe.core.names import canonical
 from ktframe.reporting import curves as training_curves
 from ktframe.reporting import paired
 
@@ -119,11 +120,11 @@ def _run_evaluation(path: Path) -> tuple[Curves, list[paired.Difference]]:
             raise InputError(
                 f"{path}: {where} is not an object with init (text), n and k (integers), log_objective, final and versus; expected the eval.json ktframe eval writes"
             )
-        setting_key = (setting["init"], setting["n"], setting.get("k"))
+        setting_key = (canonical(setting["init"]), setting["n"], setting.get("k"))  # kmeans++ in older files
         for method, values in setting["log_objective"].items():
             if not isinstance(values, list) or not values:
                 raise InputError(f"{path}: {where}.log_objective[{method!r}] is not a list of numbers; expected one value per step")
-            curves[(*setting_key, method)] = [_number(v, path, f"{where}.log_objective[{method!r}]") for v in values]
+            curves[(*setting_key, canonical(method))] = [_number(v, path, f"{where}.log_objective[{method!r}]") for v in values]
         for method, value in setting.get("final", {}).items():
             curves[(*setting_key, method)] = [_number(value, path, f"{where}.final[{method!r}]")]
         differences += _setting_differences(path, evaluation.get("tasks"), setting, where, setting_key, curves)
@@ -138,7 +139,7 @@ def _setting_differences(path: Path, tasks: Any, setting: dict[str, Any], where:
         return []
     if type(tasks) is not int or tasks < 1:
         raise InputError(f'{path}: "tasks" is {tasks!r}; expected the number of tasks each setting was evaluated on (an integer ≥ 1)')
-    baselines = {method: curves[(*key, method)] for method in setting["log_objective"] if method not in versus}
+    baselines = {canonical(method): curves[(*key, canonical(method))] for method in setting["log_objective"] if method not in versus}
     found = []
     for method, others in versus.items():
         if not isinstance(others, dict):
@@ -149,7 +150,7 @@ def _setting_differences(path: Path, tasks: Any, setting: dict[str, Any], where:
                 raise InputError(f"{path}: {at} is not an object with mean and sem; expected the eval.json ktframe eval writes")
             mean = _number(difference["mean"], path, f"{at}.mean")
             sem = None if difference["sem"] is None else _number(difference["sem"], path, f"{at}.sem")  # None: one task
-            found.append(paired.Difference(key, method, other, mean, sem, tasks, baselines))
+            found.append(paired.Difference(key, canonical(method), canonical(other), mean, sem, tasks, baselines))
     return found
 
 
