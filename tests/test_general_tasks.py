@@ -254,10 +254,28 @@ def test_the_general_preset_draws_tasks_of_every_switch_reproducibly() -> None:
         ("data.axis_scale=[0,2]", "config key 'data.axis_scale' must be null or [lo, hi], positive numbers"),
         ("data.families=[gaussian,gauss]", "config key 'data.families' must be null or a non-empty list of families, each one of gaussian, cauchy"),
         ("data.families=[]", "config key 'data.families' must be null or a non-empty list"),
-        ("data.scaling=unit", "config key 'data.scaling' must be one of minmax, isotropic, none; got 'unit'"),
+        ("data.scaling=unit", "config key 'data.scaling' must be one of minmax, isotropic, rms, none; got 'unit'"),
     ],
 )
 def test_a_bad_switch_is_a_one_line_error_naming_its_key(override, message) -> None:
     with pytest.raises(InputError) as raised:
         load_config([override])
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_components_draw_each_tasks_number_of_clusters_whatever_k() -> None:
+    for weights in (None, (0.5, 0.5)):
+        X, labels = draws(TaskDistribution(components=(1, 6), weight_concentration=weights), batch=40, n=300, k=3)
+        used = torch.tensor([len(row.unique()) for row in labels])
+        assert int(used.min()) == 1 and int(used.max()) == 6 and X.shape == (40, 300, 4)
+    _, labels = draws(TaskDistribution(components=(5, 5), sizes="equal"), batch=2, n=12, k=2)
+    assert torch.equal(labels, torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 3, 3, 4, 4]).expand(2, 12))
+
+
+def test_rms_scaling_centers_each_task_at_unit_spread() -> None:
+    X0, _ = draws(TaskDistribution(scaling="none", std_range=(0.01, 1.0)))
+    X, _ = draws(TaskDistribution(scaling="rms", std_range=(0.01, 1.0)))
+    torch.testing.assert_close(X.mean(dim=1), torch.zeros(6, 4, dtype=X.dtype), rtol=0, atol=1e-12)
+    torch.testing.assert_close(X.square().sum(dim=-1).mean(dim=-1), torch.ones(6, dtype=X.dtype))
+    factor = (X0 - X0.mean(dim=1, keepdim=True)).norm(dim=-1).square().mean(dim=-1).sqrt()
+    torch.testing.assert_close(torch.cdist(X, X) * factor[:, None, None], torch.cdist(X0, X0))

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 FAMILIES = ("gaussian", "cauchy", "gumbel", "laplace", "lognormal", "lognormal-noise", "student-t")
-SCALINGS = ("minmax", "isotropic", "none")
+SCALINGS = ("minmax", "isotropic", "rms", "none")
 
 
 class TaskError(ValueError):
@@ -51,6 +51,15 @@ def isotropic_scale(X: torch.Tensor) -> torch.Tensor:
     low = X.amin(dim=1, keepdim=True)
     span = (X.amax(dim=1, keepdim=True) - low).amax(dim=-1, keepdim=True)
     return (X - low) / torch.where(span > 0, span, torch.ones_like(span))
+
+
+def rms_scale(X: torch.Tensor) -> torch.Tensor:
+    """Per task, translated to the points' mean and divided by their root-mean-square distance to
+    it: one factor for all dimensions, as :func:`isotropic_scale`, but one that the extremes do
+    not set, so that tasks of every spread and width weigh alike in a loss summed over points."""
+    centered = X - X.mean(dim=1, keepdim=True)
+    rms = centered.square().sum(dim=-1).mean(dim=-1)[:, None, None].sqrt()
+    return centered / torch.where(rms > 0, rms, torch.ones_like(rms))
 
 
 def _noise(family: str, shape: tuple[int, ...], generator: torch.Generator | None, dtype: torch.dtype) -> torch.Tensor:
@@ -123,8 +132,11 @@ class TaskDistribution:
       the others exactly 0 (the way narrower data is zero-padded to a model's d).
     - ``outliers``: each task's fraction of points (drawn uniformly from ``[lo, hi]``, rounded to
       a count) moved to uniform positions in the task's bounding box; they keep their labels.
+    - ``components``: each task's number of mixture components drawn from ``[lo, hi]``,
+      whatever the k asked (data rarely has as many clusters as a user asks for); None: k.
     - ``scaling``: ``"minmax"`` (the paper's: each coordinate to [0, 1]), ``"isotropic"``
-      (:func:`isotropic_scale`, as real data is fed to a model) or ``"none"``.
+      (:func:`isotropic_scale`, as real data is fed to a model), ``"rms"`` (:func:`rms_scale`)
+      or ``"none"``.
     """
 
     family: str = "gaussian"
@@ -140,6 +152,7 @@ class TaskDistribution:
     dim_scale: Sequence[float] | None = None
     subspace: Sequence[int] | None = None
     outliers: Sequence[float] | None = None
+    components: Sequence[int] | None = None
 
     def __post_init__(self) -> None:
         _choice("family", self.family, FAMILIES)
@@ -152,7 +165,8 @@ class TaskDistribution:
         for name in ("std_range", "weight_concentration", "component_scale", "axis_scale", "dim_scale"):
             _span(name, getattr(self, name), "positive numbers", lambda v: _number(v) and 0 < v < math.inf)
         _span("outliers", self.outliers, "fractions in [0, 1)", lambda v: _number(v) and 0 <= v < 1)
-        _span("subspace", self.subspace, "integers >= 1", lambda v: type(v) is int and v >= 1)
+        for name in ("subspace", "components"):
+            _span(name, getattr(self, name), "integers >= 1", lambda v: type(v) is int and v >= 1)
         if type(self.rotate) is not bool:
             raise TaskError("rotate", self.rotate, "true or false")
         if self.weight_concentration is not None and self.sizes == "equal":
@@ -178,14 +192,16 @@ class TaskDistribution:
         ``(batch, n, d)`` and the components' labels ``(batch, n)``. The paper's draws (means,
         labels, noise) come in its order and alike; a switch draws only when it is on."""
         self.check(d)
-        means = torch.rand(batch, k, d, generator=generator, dtype=dtype)
-        labels = self._labels(batch, n, k, generator)
+        counts = None if self.components is None else torch.randint(self.components[0], self.components[1] + 1, (batch, 1), generator=generator)
+        m = k if counts is None else self.components[1]  # the components drawn, of which each task uses its count
+        means = torch.rand(batch, m, d, generator=generator, dtype=dtype)
+        labels = self._labels(batch, n, m, counts, generator)
         families = (
             [self.family] * batch
             if self.families is None
             else [self.families[i] for i in torch.randint(len(self.families), (batch,), generator=generator).tolist()]
         )
-        noise = self._spread(_noise_of(families, (n, d), generator, dtype), labels, k, generator)
+        noise = self._spread(_noise_of(families, (n, d), generator, dtype), labels, m, generator)
         X = torch.gather(means, 1, labels.unsqueeze(-1).expand(-1, -1, d)) + noise
         exponentiated = torch.tensor([family == "lognormal" for family in families])
         if exponentiated.all():
@@ -199,15 +215,21 @@ class TaskDistribution:
             X = X * (torch.arange(d) < width).to(dtype)
         if self.outliers is not None:
             X = _with_outliers(X, self.outliers, generator)
-        scale = {"minmax": minmax_scale, "isotropic": isotropic_scale, "none": lambda X: X}[self.scaling]
+        scale = {"minmax": minmax_scale, "isotropic": isotropic_scale, "rms": rms_scale, "none": lambda X: X}[self.scaling]
         return scale(X), labels
 
-    def _labels(self, batch: int, n: int, k: int, generator: torch.Generator | None) -> torch.Tensor:
+    def _labels(self, batch: int, n: int, k: int, counts: torch.Tensor | None, generator: torch.Generator | None) -> torch.Tensor:
+        """Each point's component, of the first ``counts`` (batch, 1) of ``k`` (all k where None)."""
         if self.sizes == "equal":
-            return (torch.arange(n) % k).sort().values.expand(batch, n)
+            return (torch.arange(n) % k).sort().values.expand(batch, n) if counts is None else (torch.arange(n) % counts).sort(dim=1).values
         if self.weight_concentration is None:
-            return torch.randint(k, (batch, n), generator=generator)
-        return torch.multinomial(_weights(self.weight_concentration, batch, k, generator), n, replacement=True, generator=generator)
+            if counts is None:
+                return torch.randint(k, (batch, n), generator=generator)
+            return (torch.rand(batch, n, generator=generator, dtype=torch.float64) * counts).long()
+        weights = _weights(self.weight_concentration, batch, k, generator)
+        if counts is not None:  # a Dirichlet's weights of a subset, renormalised, are the subset's Dirichlet
+            weights = weights.clamp_min(1e-30) * (torch.arange(k) < counts)
+        return torch.multinomial(weights, n, replacement=True, generator=generator)
 
     def _spread(self, noise: torch.Tensor, labels: torch.Tensor, k: int, generator: torch.Generator | None) -> torch.Tensor:
         """Unit noise ``(batch, n, d)`` given each task's, component's and axis's scale and each

@@ -75,9 +75,10 @@ class DataConfig:
     outliers: Optional[list] = key(
         None, "[lo, hi]: a fraction drawn from lo..hi of each task's points moved uniformly into the task's bounding box; null: none"
     )
+    components: Optional[list] = key(None, "[lo, hi]: each task's number of mixture components drawn from lo..hi, whatever its k; null: k")
     scaling: str = key(
         "minmax",
-        "each task scaled per coordinate to [0, 1] (minmax, the paper's) or by one factor to a largest coordinate span of 1 (isotropic, as real data is fed)",
+        "each task scaled per coordinate to [0, 1] (minmax, the paper's), by one factor to a largest coordinate span of 1 (isotropic, as real data is fed) or to an RMS distance to its mean of 1 (rms)",
     )
 
 

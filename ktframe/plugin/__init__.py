@@ -9,7 +9,8 @@ it); CONTRIBUTING.md walks through writing one. What is here, by purpose:
   :class:`AttentionHead`, :class:`FeedForward`, the projections :class:`Select` and
   :class:`Linear`), the construction helpers of the Lloyd family (:func:`fixed_head`,
   :func:`assignment_head`, :func:`reset_head`, :func:`mean_head`, :func:`cluster_head`,
-  :func:`lloyd_family_layer`, :class:`HeadGroup`, :func:`stack`, :func:`learnable`), the
+  :func:`lloyd_family_layer`, :class:`HeadGroup`, :func:`stack`, :func:`learnable`), the frame
+  a model may see each task in (:class:`Standardize`), the
   components a head is made of (:class:`AttentionMap` and :class:`MapOutput`, :class:`Score`,
   :class:`Embedding` and the built-in embeddings) and :func:`registry` to look registered ones up
   by name;
@@ -49,7 +50,7 @@ from ktframe.transformer.construction import (
     slot,
     stack,
 )
-from ktframe.transformer.model import AttentionHead, FeedForward, KMeansTransformer, Layer, Linear, Select
+from ktframe.transformer.model import AttentionHead, FeedForward, KMeansTransformer, Layer, Linear, Select, Standardize
 
 __all__ = [
     "AttentionHead",
@@ -70,6 +71,7 @@ __all__ = [
     "Score",
     "Select",
     "SlotIndex",
+    "Standardize",
     "Tolerance",
     "Variant",
     "accelerate",

@@ -12,7 +12,8 @@ and one head is
     A(Z → Z') = map(γ · score(Q z, K z')) · V z'                            (4)
 
 written into its ``slot`` of the query tokens. Read top to bottom: projections, one head (4), a
-feed-forward block, one layer (1)–(3), the model (embed, apply the layers, read the centers).
+feed-forward block, one layer (1)–(3), the frame a model may see each task in, the model (embed,
+apply the layers, read the centers).
 
 This file is the plain definition: what a model computes, with nothing but PyTorch. A variant
 chooses the fast path when it builds its model: :func:`ktframe.fast.accelerate` gives each module a
@@ -23,6 +24,7 @@ tasks), to which each class below hands its call at one point, ``if self.plan is
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import torch
@@ -248,6 +250,23 @@ class Layer(Planned, nn.Module):
         return tokens
 
 
+# --- the frame a task is seen in -----------------------------------------------------------------
+
+
+class Standardize(nn.Module):
+    """Each task's points translated to their mean and divided by their root-mean-square distance
+    to it, one factor for every coordinate. k-means does not change when its data are translated
+    and scaled alike (the centers move with the data, the objective is scaled), so a model that
+    clusters in this frame and maps its centers back is as sharp on a task of any offset and spread
+    as on its training tasks, whose units a learned soft assignment would otherwise fix."""
+
+    def forward(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``shift (B, 1, d)`` and ``scale (B, 1, 1)``: the task is seen as ``(X − shift) / scale``."""
+        shift = X.mean(dim=1, keepdim=True)
+        scale = (X - shift).square().sum(dim=-1).mean(dim=-1)[:, None, None].sqrt()
+        return shift, torch.where(scale > 0, scale, torch.ones_like(scale))  # a task of one repeated point: moved only
+
+
 # --- the model ------------------------------------------------------------------------------------
 
 
@@ -257,14 +276,19 @@ class KMeansTransformer(Planned, nn.Module):
     ``layers`` holds one layer per step, or a single layer shared by every step. ``forward`` can
     run more steps than layers (the layers repeat) and, with ``reembed=True``, rebuild fresh tokens
     from the current centers after every step (how a trained one-layer model is iterated).
+    ``normalization``, where given (e.g. :class:`Standardize`), says for each task a shift and a
+    scale: the model clusters the task in that frame and maps its centers back.
     """
 
-    def __init__(self, embedding: Embedding, layers: Sequence[Layer], *, d: int, k: int, n_layers: int | None = None) -> None:
+    def __init__(
+        self, embedding: Embedding, layers: Sequence[Layer], *, d: int, k: int, n_layers: int | None = None, normalization: nn.Module | None = None
+    ) -> None:
         super().__init__()
         self.embedding = embedding
         self.layers = nn.ModuleList(layers)
         self.d, self.k = d, k
         self.n_layers = n_layers if n_layers is not None else len(self.layers)
+        self.normalization = normalization
 
     @property
     def dtype(self) -> torch.dtype:
@@ -284,6 +308,16 @@ class KMeansTransformer(Planned, nn.Module):
         that same layer without re-embedding: the task has then converged, as Lloyd's algorithm
         does when its assignments stop changing. Elsewhere it is the number of steps.
         """
+        if self.normalization is None:
+            return self.iterate(X, C0, n_steps=n_steps, reembed=reembed)
+        X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype, any_k=self.embedding.any_k)
+        shift, scale = self.normalization(X)
+        result = self.iterate((X - shift) / scale, (C0 - shift) / scale, n_steps=n_steps, reembed=reembed)
+        trajectory = result.trajectory * scale.unsqueeze(1) + shift.unsqueeze(1)  # in the task's own units
+        return dataclasses.replace(result, centers=trajectory[:, -1], trajectory=trajectory)
+
+    def iterate(self, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False) -> ClusteringResult:
+        """:meth:`forward` in the frame the task is given in: embed, apply the layers, read."""
         if self.plan is not None:
             return self.plan.forward(self, X, C0, n_steps=n_steps, reembed=reembed)
         X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype, any_k=self.embedding.any_k)

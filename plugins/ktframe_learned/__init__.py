@@ -20,6 +20,7 @@ from ktframe.plugin import (
     Linear,
     RegisterVariant,
     SlotIndex,
+    Standardize,
     Tolerance,
     Variant,
     accelerate,
@@ -42,12 +43,16 @@ def build(
     dropout: float = 0.01,
     share_weights: bool = True,
     any_k: bool = False,
+    standardize: bool = False,
     fast: bool = True,
 ) -> KMeansTransformer:
     """``scale=None`` is 1/√d_emb. With ``share_weights`` one layer serves every step.
     ``any_k``: one model for every number of clusters from 1 to ``k``, its center tokens
     :class:`~ktframe.components.embeddings.SlotIndex` (one-hot slots drawn per task while
-    training, and the task's k as a coordinate); it extends the one-hot embedding."""
+    training, and the task's k as a coordinate); it extends the one-hot embedding.
+    ``standardize``: the model sees each task translated to its mean and scaled to unit RMS
+    spread (:class:`Standardize`), whatever the task's own offset and
+    scale, and its centers are mapped back."""
 
     reg = registry()
     if any_k and embedding != "onehot":
@@ -74,7 +79,7 @@ def build(
         return Layer(head(), head(), head(), head(), point_norm=make_norm(width), center_norm=make_norm(width))
 
     layers = [layer()] if share_weights else [layer() for _ in range(n_layers)]
-    model = KMeansTransformer(embed, layers, d=d, k=k, n_layers=n_layers)
+    model = KMeansTransformer(embed, layers, d=d, k=k, n_layers=n_layers, normalization=Standardize() if standardize else None)
     return accelerate(model) if fast else model
 
 
