@@ -8,30 +8,12 @@ import lightning as L
 import torch
 from torchmetrics import MetricCollection
 
-from ktframe.core.errors import InputError
 from ktframe.core.loss import softmin_bound
 from ktframe.learning.checkpoint_io import DIMENSIONS
 from ktframe.learning.metrics import AdjustedRand, KMeansObjective, MeanLogObjective, NormalizedMutualInfo, RatioToLloyd
-from ktframe.plugin.build import build_model
-from ktframe.transformer.construction import learnable
+from ktframe.plugin.build import model_from_config
 
-# Options of ModelConfig that are the model's own, passed to the variant's builder as given.
-_MODEL_OPTIONS = ("embedding", "score", "attention_map", "norm", "scale", "dropout")
-
-
-def model_from_config(cfg: dict) -> torch.nn.Module:
-    """The model a config trains. A hand-built variant's projections are fixed, so it trains as
-    its learnable version: the same construction with learnable projections started at it."""
-    data, model = cfg["data"], cfg["model"]
-    learned = model["variant"] == "learned"
-    options = {**({key: model[key] for key in _MODEL_OPTIONS} if learned else {}), **(model.get("options") or {})}
-    k_range = data.get("k_range")  # tasks of many k: a model for every k up to the largest
-    built = build_model(model["variant"], d=data["d"], k=k_range[1] if k_range else data["k"], n_layers=model["n_layers"], gamma=model["gamma"], **options)
-    if k_range and not built.embedding.any_k:
-        raise InputError(
-            f"data.k_range={list(k_range)} trains on tasks of many k, but variant {model['variant']!r} with these options is built for one k; expected model.options.any_k=true (or data.k_range=null)"
-        )
-    return built if learned else learnable(built)
+__all__ = ["KMeansTransformerModule", "model_from_config"]
 
 
 class KMeansTransformerModule(L.LightningModule):
