@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Iterator
 from types import ModuleType
 from typing import NamedTuple
@@ -71,17 +72,17 @@ def _array(t: torch.Tensor) -> np.ndarray:
 # thread: waking the pool costs more than the work and, on a machine busy with other processes, a
 # woken thread can wait a whole scheduler slice (tens of milliseconds) for a core.
 SERIAL_WORK = 1 << 16
+# Held while a thread runs ktframe's kernels (reentrant: a kernel's caller may call another).
+_LAUNCH = threading.RLock()
 
 
 @functools.cache
 def _start_pool() -> ModuleType:
-    # numba, its pool started. numba's OpenMP layer sets the thread count of the process's OpenMP
-    # runtime, which PyTorch shares, when its pool starts: PyTorch's is put back, so that a kernel
-    # never changes how many threads the host's PyTorch uses.
+    """numba, its pool started (in the threading layer :func:`ktframe.kernels.jit.load_numba` chose)."""
     numba = load_numba()
     budget = torch.get_num_threads()
-    numba.get_num_threads()
-    torch.set_num_threads(budget)
+    numba.get_num_threads()  # starts the pool
+    torch.set_num_threads(budget)  # which an OpenMP layer, had the user chosen one, sets for the whole process
     return numba
 
 
@@ -96,17 +97,19 @@ def _thread_count(work: int) -> int:
 @contextlib.contextmanager
 def _using(threads: int) -> Iterator[None]:
     """The numba kernels called inside run on ``threads`` threads (numba's setting is the calling
-    thread's own)."""
+    thread's own), one calling thread at a time: numba's workqueue layer, which ktframe picks,
+    takes one parallel launch at a time, and a second one at once would end the process."""
     numba = load_numba()
-    previous = numba.get_num_threads()
-    if previous == threads:  # most calls: each set costs microseconds, a few dozen of them per fit
-        yield
-        return
-    numba.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        numba.set_num_threads(previous)
+    with _LAUNCH:
+        previous = numba.get_num_threads()
+        if previous == threads:  # most calls: each set costs microseconds, a few dozen of them per fit
+            yield
+            return
+        numba.set_num_threads(threads)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(previous)
 
 
 # --- arg-max ----------------------------------------------------------------------------------

@@ -115,9 +115,19 @@ def kernel(**options: Any) -> Callable[[Callable], Kernel]:
 
 @functools.cache
 def load_numba() -> ModuleType:
-    """numba, imported on first use."""
+    """numba, imported on first use, its threading layer chosen unless the user chose one
+    (``NUMBA_THREADING_LAYER``) or the host's own numba code has started one already: numba's
+    first choice here, its OpenMP layer, loads the system's libgomp beside the one PyTorch bundles
+    (numba links the library by its file name, not its soname), two OpenMP runtimes in one process
+    with two pools of spinning threads on the same cores. numba's own pool, ``workqueue``, is
+    taken instead; it takes one launch at a time, which :func:`ktframe.kernels.cpu._using` keeps to."""
     import numba
 
+    try:
+        numba.threading_layer()
+    except ValueError:  # no layer started yet
+        if numba.config.THREADING_LAYER == "default":
+            numba.config.THREADING_LAYER = "workqueue"
     return numba
 
 
