@@ -23,7 +23,7 @@ from ktframe.learning.data import draw
 
 # 4 tasks in batches of 2, 3 steps, n in {8, 32} (32: the training n): a few seconds per evaluation.
 SMALL = ["eval.tasks=4", "eval.batch_size=2", "eval.steps=3", "eval.ns=[8,32]"]
-METHODS = {"model", "lloyd", "kmeans++", "greedy-kmeans++"}
+METHODS = {"model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++"}
 
 
 def train(root: Path, name: str, *overrides: str) -> Path:
@@ -257,7 +257,7 @@ def test_versus_gives_the_paired_difference_of_the_model_and_every_other_method(
     setting = report["settings"][0]
     versus, curves = setting["versus"], setting["log_objective"]
     assert set(versus) == {"model", "model+lloyd"} and report["versus"] == versus
-    assert all(set(against) == {"lloyd", "kmeans++", "greedy-kmeans++", "best-of-10"} for against in versus.values())
+    assert all(set(against) == {"lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++", "best-of-10"} for against in versus.values())
     for ours, against in versus.items():
         for other, difference in against.items():
             end = setting["final"][other] if other in setting["final"] else curves[other][-1]

@@ -86,9 +86,11 @@ def no_nan(constant: str) -> None:
 
 
 def assert_stats(found: dict, values: list[float], count: str = "n") -> None:
-    """``found`` holds the mean, the sample std, the count and the 95 % Student-t interval of ``values``."""
+    """``found`` holds the mean, the sample std, the count and the 95 % Student-t interval of
+    ``values``, and their median, least and greatest value."""
     array = np.array(values)
     assert found[count] == len(values)
+    assert (found["median"], found["min"], found["max"]) == pytest.approx((np.median(array), array.min(), array.max()), abs=1e-12)
     assert found["mean"] == pytest.approx(array.mean(), abs=1e-12)
     assert found["std"] == pytest.approx(array.std(ddof=1), abs=1e-12)
     interval = stats.t.interval(0.95, len(values) - 1, loc=array.mean(), scale=stats.sem(array))
@@ -166,7 +168,8 @@ def test_out_folder_markdown_and_missing_values(tmp_path: Path) -> None:
     assert not list(root.glob("report.*"))
     report = json.loads((out / "report.json").read_text(), parse_constant=no_nan)
     assert report["metrics"]["val/ratio"]["n"] == 3
-    assert report["metrics"]["val/ari"] == {"mean": ARIS["a"], "std": 0.0, "n": 1, "ci95": None}
+    one = ARIS["a"]
+    assert report["metrics"]["val/ari"] == {"mean": one, "std": 0.0, "n": 1, "ci95": None, "median": one, "min": one, "max": one}
     assert [(row["init"], row["n"], row["method"]) for row in report["eval"]] == ROWS
     assert [row["runs"] for row in report["eval"]] == [1, 2, 2, 2]  # b has no eval.json; a's random model curve diverged
     finals = [eval_curves(SHIFTS[name])[("random", 512)]["lloyd"][-1] for name in ("a", "deep/group/c")]
@@ -181,7 +184,7 @@ def test_one_run_folder_without_evaluation(tmp_path: Path) -> None:
     assert report == {
         "runs": 1,
         "paths": ["."],
-        "metrics": {"val/ratio": {"mean": 0.95, "std": 0.0, "n": 1, "ci95": None}},
+        "metrics": {"val/ratio": {"mean": 0.95, "std": 0.0, "n": 1, "ci95": None, "median": 0.95, "min": 0.95, "max": 0.95}},
         "eval": [],
         "versus": [],
         "training": None,

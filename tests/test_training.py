@@ -167,13 +167,13 @@ def test_fit_end_to_end_learns_and_writes_its_run_folder(tmp_path):
 
     # Both checkpoints load with weights_only=True and carry the same config, in plain containers.
     checkpoints = run_dir / "checkpoints"
-    assert Path(result["best_checkpoint"]) == checkpoints / "best.ckpt"
+    assert run_dir / result["best_checkpoint"] == checkpoints / "best.ckpt"  # relative to the run folder
     for name in ("last.ckpt", "best.ckpt"):
         state = torch.load(checkpoints / name, map_location="cpu", weights_only=True)
         assert {"state_dict", "hyper_parameters"} <= set(state), name
         assert type(state["hyper_parameters"]["config"]) is dict
         assert_plain(state["hyper_parameters"]["config"])
-        assert state["hyper_parameters"]["config"] == config
+        assert state["hyper_parameters"]["config"] == {**config, "root": ".."}  # its paths relative to the run folder
         assert state["state_dict"] and all(isinstance(t, torch.Tensor) for t in state["state_dict"].values())
     assert torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=True)["global_step"] == 60
 
@@ -185,7 +185,7 @@ def test_fit_end_to_end_learns_and_writes_its_run_folder(tmp_path):
         run_cli(["eval", str(checkpoints / "best.ckpt"), "eval.tasks=8", "eval.batch_size=4", "eval.steps=5", "eval.ns=[16,32]", "--json"], tmp_path)
     )
     report = json.loads(evaluated.stdout)
-    assert set(report["log_objective"]) == {"model", "lloyd", "kmeans++", "greedy-kmeans++"}
+    assert set(report["log_objective"]) == {"model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++"}
     assert all(len(values) == 6 and all(math.isfinite(v) for v in values) for values in report["log_objective"].values())
     assert report["primary"] == {"init": "random", "n": 32, "k": 3}  # the training n and k, the first init
     assert [(s["init"], s["n"]) for s in report["settings"]] == [("random", 16), ("random", 32), ("kmeans++", 16), ("kmeans++", 32)]

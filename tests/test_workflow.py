@@ -89,7 +89,8 @@ def test_multirun_of_two_seeds_evaluates_each_and_reports_them(tmp_path):
     ratio = report["metrics"]["val/ratio"]
     assert ratio["n"] == 2 and ratio["mean"] == pytest.approx(sum(s["metrics"]["val/ratio"] for s in summaries) / 2)
     rows = {(row["init"], row["n"], row["method"]): row for row in report["eval"]}
-    assert set(rows) == {(init, n, m) for init in ("random", "kmeans++") for n in (16, 32) for m in ("model", "lloyd", "kmeans++", "greedy-kmeans++")}
+    methods = ("model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++")
+    assert set(rows) == {(init, n, m) for init in ("random", "kmeans++") for n in (16, 32) for m in methods}
     model = rows[("random", 32, "model")]
     finals = [next(s for s in e["settings"] if (s["init"], s["n"]) == ("random", 32))["log_objective"]["model"][-1] for e in evals]
     assert model["runs"] == 2 and model["mean"] == pytest.approx(sum(finals) / 2)
@@ -149,7 +150,7 @@ def test_offline_wandb_run_holds_group_tags_model_artifact_and_eval_table(tmp_pa
     assert json.loads(history["eval/log_objective/_type"]) == "table-file"
     table = json.loads((offline_run(run_dir) / "files" / json.loads(history["eval/log_objective/path"])).read_text())
     assert table["columns"] == ["init", "n", "k", "method", "step", "log_objective"]
-    assert len(table["data"]) == 2 * 2 * 4 * 6  # inits x ns x methods x (steps + 1)
+    assert len(table["data"]) == 2 * 2 * 5 * 6  # inits x ns x methods x (steps + 1)
     evaluated = json.loads((run_dir / "eval" / "eval.json").read_text())
     first = evaluated["settings"][0]
     assert table["data"][0] == [first["init"], first["n"], first["k"], "model", 0, pytest.approx(first["log_objective"]["model"][0])]

@@ -19,6 +19,7 @@ def add_parser(commands) -> None:
         "--by", metavar="KEYS", default="",
         help="also report each group of runs sharing these config keys' values, comma-separated (e.g. optim.loss_lambda,data.d: a sweep's settings, seeds pooled)",
     )  # fmt: skip
+    p.add_argument("--stat", choices=("mean", "median"), default="mean", help="each cell: mean ± std over runs (ktframe's) or median [min, max] (the authors')")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
     p.set_defaults(run=run)
 
@@ -28,7 +29,7 @@ def run(args) -> int:
 
     root = Path(args.path)
     report = build_report(root, [key for key in args.by.split(",") if key])
-    text = markdown(report, root)
-    paths = write(Path(args.out) if args.out else root, report, text, pictures(report, root))
+    text = markdown(report, root, args.stat)
+    paths = write(Path(args.out) if args.out else root, report, text, pictures(report, root, args.stat))
     print(json.dumps(report) if args.json else f"{text}\n\nwritten: {', '.join(map(str, paths))}")
     return 0

@@ -1,20 +1,28 @@
 """The paper's evaluation protocol for a trained checkpoint.
 
 Unseen tasks; the trained layer applied ``steps`` times with re-embedding; beside it, from the
-same initial centers, Lloyd's algorithm; and, seeded on their own, plain k-means++ + Lloyd and
-greedy k-means++ + Lloyd. Figure of merit: the mean over tasks of log Σ_i min_j ‖x_i − c_j‖², at
+same initial centers, Lloyd's algorithm twice: ``lloyd`` keeps an emptied cluster's center,
+``lloyd-reseed`` re-seeds it at a random point of its task as the authors' evaluation does
+(:mod:`ktframe.evaluation.reseed`); and, seeded on their own, plain k-means++ + Lloyd and greedy
+k-means++ + Lloyd. Figure of merit: the mean over tasks of log Σ_i min_j ‖x_i − c_j‖², at
 every step. Initial centers random data points or k-means++; any n; any distribution family; any
 k the model takes (``eval.ks``: the trained k, or any up to its maximum for a model trained on a
 ``data.k_range``). ``eval.baselines`` adds methods that run to convergence on their own
 (:mod:`ktframe.clustering.baselines`), reported by their final objective alone. ``eval.lloyd_last=N``
 adds ``model+lloyd``: the model's first steps, then N of Lloyd's, which the hand-built
 construction takes exactly (its γ = ∞ limit) — the same number of steps in all.
+
+A run folder is evaluated at its best checkpoint or, with ``eval.checkpoint=last``, its last
+(the authors'); ``eval.seed_per_run=true`` draws each run's tasks from its own seed (the
+authors' per-seed task sets), where by default every run is evaluated on the same tasks. Paths in
+eval.json are relative: to the run folder for its ``eval/``, else to the eval.json's own folder.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +35,7 @@ from ktframe.clustering import baselines
 from ktframe.core import reference
 from ktframe.core.errors import InputError
 from ktframe.core.io import check_writable, write_atomically
+from ktframe.evaluation.reseed import lloyd_reseed
 from ktframe.fast import lloyd as fast
 from ktframe.learning.checkpoint_io import check_dimensions, load_weights, model_weights, read_checkpoint
 from ktframe.learning.config import check_keys, merge, parse_overrides, to_dict
@@ -34,19 +43,57 @@ from ktframe.learning.data import draw
 from ktframe.learning.module import model_from_config
 from ktframe.plugin.build import get_variant
 
-METHODS = ("model", "lloyd", "kmeans++", "greedy-kmeans++")
+METHODS = ("model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++")
 MODEL_METHODS = ("model", "model+lloyd")  # the checkpoint's; every other method is compared with them (``versus``)
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, torch.nn.Module]:
     """The training config and the trained model of a Lightning checkpoint, read with
     ``weights_only=True``: a file that would need to run code to load is refused."""
+    _, config, model = _load(path)
+    return config, model
+
+
+def _load(path: str | Path) -> tuple[dict, dict, torch.nn.Module]:
+    """The checkpoint itself, and what :func:`load_checkpoint` returns."""
     checkpoint = read_checkpoint(path)
     config = checkpoint["hyper_parameters"]["config"]
     model = model_from_config(config)
     load_weights(model, model_weights(checkpoint), path)
     check_dimensions(checkpoint, model, path)
-    return config, model.eval()
+    return checkpoint, config, model.eval()
+
+
+def checkpoint_of(path: str | Path, overrides: Sequence[str] = ()) -> Path:
+    """The checkpoint file that ``ktframe eval PATH`` evaluates: ``PATH`` itself, or for a run
+    folder its ``checkpoints/best.ckpt`` or ``last.ckpt``, as ``eval.checkpoint`` among the
+    overrides says (else as the run's config.yaml says, else best)."""
+    path = Path(path)
+    asked = parse_overrides(overrides).get("eval")
+    asked = asked.get("checkpoint") if isinstance(asked, dict) else None
+    if not path.is_dir():
+        if asked is not None:
+            raise InputError(
+                f"eval.checkpoint={asked} chooses the checkpoint of a run folder, but {path} is a checkpoint file; "
+                f"expected a run folder (ktframe eval RUN eval.checkpoint={asked}) or no eval.checkpoint"
+            )
+        return path
+    which = asked if asked is not None else _run_setting(path, "checkpoint", "best")
+    if which not in ("best", "last"):
+        raise InputError(f"config key 'eval.checkpoint' must be best or last; got {which!r}")
+    checkpoint = path / "checkpoints" / f"{which}.ckpt"
+    if not checkpoint.is_file():
+        raise InputError(f"{path}: holds no checkpoints/{which}.ckpt; expected a run folder written by ktframe fit (eval.checkpoint=best or last)")
+    return checkpoint
+
+
+def _run_setting(run: Path, key: str, default: Any) -> Any:
+    """The run's ``eval.KEY`` in its config.yaml, or ``default`` where it has none (an older run)."""
+    config = run / "config.yaml"
+    if not config.is_file():
+        return default
+    settings = OmegaConf.to_container(OmegaConf.load(config)).get("eval") or {}
+    return settings.get(key, default)
 
 
 # Everything else was fixed by training: the model's shape, the data it was trained on. data.k
@@ -108,8 +155,9 @@ def eval_ks(model: torch.nn.Module, config: dict) -> list[int]:
     return ks
 
 
-# What a derived seed is for, so that the tasks and the baselines' restarts are independent streams.
-_TASKS, _BASELINES = 1, 2
+# What a derived seed is for, so that the tasks, the baselines' restarts, lloyd-reseed's draws and
+# each run's own tasks are independent streams.
+_TASKS, _BASELINES, _RESEEDS, _RUNS = 1, 2, 3, 4
 
 
 def _derived_seed(purpose: int, *numbers: int) -> int:
@@ -118,17 +166,29 @@ def _derived_seed(purpose: int, *numbers: int) -> int:
     return int(np.random.SeedSequence([purpose, *(v % 2**64 for v in numbers)]).generate_state(1)[0])
 
 
+def task_seed(config: dict) -> int:
+    """The seed of the evaluation's tasks: ``eval.seed``, or with ``eval.seed_per_run`` one mixed
+    from it and the run's ``trainer.seed``, so that each run (seed) has tasks of its own."""
+    ev = config["eval"]
+    return _derived_seed(_RUNS, ev["seed"], config["trainer"]["seed"]) if ev.get("seed_per_run") else ev["seed"]
+
+
 def baseline_seed(seed: int, n: int, k: int, task: int) -> int:
     """The seed every baseline gets for task ``task`` (0, 1, ...) of the settings of n points and k
-    clusters under ``eval.seed=seed``: each task its own, reproducible from the report's settings."""
+    clusters under the task seed ``seed``: each task its own, reproducible from the report's settings."""
     return _derived_seed(_BASELINES, seed, n, k, task)
+
+
+def reseed_seed(seed: int, n: int, k: int, task: int) -> int:
+    """The seed of the generator from which ``lloyd-reseed`` draws task ``task``'s new centers."""
+    return _derived_seed(_RESEEDS, seed, n, k, task)
 
 
 def _task_generator(config: dict, n: int, k: int) -> torch.Generator:
     """The generator of a setting's tasks (and seedings), seeded alike for every init (so the first
     batch's tasks are the same; later ones follow each init's own draws). At the trained k it is
     seeded as it always was, so that a report without eval.ks keeps its numbers."""
-    seed = config["eval"]["seed"]
+    seed = task_seed(config)
     return torch.Generator().manual_seed(seed * 100_003 + n if k == config["data"]["k"] else _derived_seed(_TASKS, seed, n, k))
 
 
@@ -147,11 +207,12 @@ def _finish_with_lloyd(X: torch.Tensor, trajectory: torch.Tensor, steps: int) ->
 
 def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k: int) -> dict[str, Any]:
     """One setting: the mean log objective of every method at every step over ``eval.tasks``
-    tasks of n points and k clusters, and of every baseline at its end (``final``)."""
+    tasks of n points and k clusters, and of every baseline at its end (``final``). ``reseeded``:
+    the tasks in which lloyd-reseed re-seeded a cluster."""
     data, ev = config["data"], config["eval"]
     variant = get_variant(config["model"]["variant"])
     data_cfg = OmegaConf.create(data)
-    generator = _task_generator(config, n, k)
+    generator, seed, reseeded = _task_generator(config, n, k), task_seed(config), 0
     methods = (*METHODS, *(["model+lloyd"] if ev["lloyd_last"] else []), *(["reference"] if variant.reference is not None else []))
     sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in methods}
     last: dict[str, list[torch.Tensor]] = {method: [] for method in (*methods, *ev["baselines"])}  # per task, at the end
@@ -160,9 +221,12 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
         X, C0, _ = draw(data_cfg, batch, generator, n=n, k=k, family=ev["family"] or data["family"], init=init)
         plain = reference.kmeans_plusplus(X, k, generator)
         greedy = reference.kmeans_plusplus(X, k, generator, greedy=True)
+        reseed, emptied = lloyd_reseed(X, C0, ev["steps"], [reseed_seed(seed, n, k, start + i) for i in range(batch)])
+        reseeded += int(emptied.sum())
         runs = {
             "model": model(X, C0, n_steps=ev["steps"], reembed=True).trajectory,
             "lloyd": fast.lloyd(X, C0, ev["steps"]).trajectory,
+            "lloyd-reseed": reseed,
             "kmeans++": fast.lloyd(X, plain, ev["steps"]).trajectory,
             "greedy-kmeans++": fast.lloyd(X, greedy, ev["steps"]).trajectory,
         }
@@ -175,7 +239,7 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
             logs = _log_means(X64, trajectory)
             sums[method] += logs.sum(dim=0)
             last[method].append(logs[:, -1])
-        seeds = [baseline_seed(ev["seed"], n, k, start + i) for i in range(batch)]
+        seeds = [baseline_seed(seed, n, k, start + i) for i in range(batch)]
         for name in ev["baselines"]:
             last[name].append(fast.objective(X64, baselines.BASELINES[name](X64, k, seeds)).log())
     ends = {method: torch.cat(values) for method, values in last.items()}
@@ -186,6 +250,7 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
         "log_objective": {m: (s / ev["tasks"]).tolist() for m, s in sums.items()},
         "final": {name: float(ends[name].mean()) for name in ev["baselines"]},
         "versus": _versus(ends),
+        "reseeded": reseeded,
     }
 
 
@@ -221,6 +286,8 @@ def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
         "family": ev["family"] or data["family"],
         "tasks": ev["tasks"],
         "steps": ev["steps"],
+        "task_seed": task_seed(config),
+        "seed_per_run": bool(ev.get("seed_per_run")),
         "primary": {"init": primary["init"], "n": primary["n"], "k": primary["k"]},
         "log_objective": primary["log_objective"],
         "final": primary["final"],
@@ -231,35 +298,46 @@ def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
 
 def format_table(report: dict[str, Any]) -> str:
     """The report as a table, one row per setting (init, n, k): each method's mean log objective
-    at the last step (and at step 1), the model's lead over Lloyd, then each baseline's at its end.
-    Reports written before k and baselines existed have neither: their k column is blank."""
+    at the last step (and at step 1), the model's lead over Lloyd (and over lloyd-reseed, where
+    the report has it), then each baseline's at its end. Reports written before k and baselines
+    existed have neither: their k column is blank."""
     finals = list(report.get("final", {}))
+    leads = [other for other in ("lloyd", "lloyd-reseed") if other in report["log_objective"]]
     lines = [
         *([f"variant {report['variant']}; reference: {report['reference']}"] if report.get("reference") else []),
         f"{report['tasks']} unseen {report['family']} tasks, {report['steps']} steps; mean log objective at the last step (and at step 1)"
         + (f"; {', '.join(finals)}: at convergence" if finals else ""),
         f"{'init':<9} {'n':>5} {'k':>4}  "
         + "  ".join(f"{m:>17}" for m in report["log_objective"])
-        + f"  {'model - lloyd (± se)':>20}"
+        + "".join(f"  {f'model - {other} (± se)':>27}" for other in leads)
         + "".join(f"  {name:>10}" for name in finals),
     ]
     for s in report["settings"]:
         lo, final = s["log_objective"], s.get("final", {})
         cells = "  ".join(f"{lo[m][-1]:>8.4f} ({lo[m][1]:>6.3f})" for m in lo)
         baseline_cells = "".join(f"  {final[name]:>{max(10, len(name))}.4f}" for name in finals)
-        lines.append(f"{s['init']:<9} {s['n']:>5} {s.get('k', ''):>4}  {cells}  {_lead(s):>20}{baseline_cells}")
+        lead_cells = "".join(f"  {_lead(s, other):>27}" for other in leads)
+        lines.append(f"{s['init']:<9} {s['n']:>5} {s.get('k', ''):>4}  {cells}{lead_cells}{baseline_cells}")
     return "\n".join(lines)
 
 
-def _lead(setting: dict[str, Any]) -> str:
-    """The model's lead over Lloyd at the end, with its standard error over tasks where the report has one."""
-    lead = setting["log_objective"]["model"][-1] - setting["log_objective"]["lloyd"][-1]
-    sem = setting.get("versus", {}).get("model", {}).get("lloyd", {}).get("sem")
+def _lead(setting: dict[str, Any], other: str) -> str:
+    """The model's lead over ``other`` at the end, with its standard error over tasks where the report has one."""
+    lead = setting["log_objective"]["model"][-1] - setting["log_objective"][other][-1]
+    sem = setting.get("versus", {}).get("model", {}).get(other, {}).get("sem")
     return f"{lead:+.4f}" + ("" if sem is None else f" ± {sem:.4f}")
 
 
 # What ``ktframe eval`` writes into its folder; eval.json last, so that it marks a whole evaluation.
 OUTPUTS = ("eval.png", "eval-by-k.png", "eval.json")
+
+
+def relative_to_output(path: str | Path, folder: str | Path) -> str:
+    """``path`` as eval.json records it: relative to the run folder for a run's ``eval/``, else
+    to ``folder``, the eval.json's own; so that no machine's absolute path is written."""
+    folder = Path(folder).resolve()
+    base = folder.parent if folder.name == "eval" and (folder.parent / "config.yaml").is_file() else folder
+    return Path(os.path.relpath(Path(path).resolve(), base)).as_posix()
 
 
 def default_out(path: str | Path) -> Path:
@@ -275,19 +353,22 @@ def default_out(path: str | Path) -> Path:
 
 
 def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None) -> tuple[dict[str, Any], Path]:
-    """:func:`evaluate` a checkpoint, writing ``eval.json`` and ``eval.png`` into ``out``, and
-    ``eval-by-k.png`` where several k were evaluated (:func:`~ktframe.reporting.figures.by_k_figure`);
-    the report and the (first) picture's path. Without ``out``, into :func:`default_out`, where an
-    earlier evaluation is never replaced: only a folder the caller names is written over."""
+    """:func:`evaluate` a checkpoint (or a run folder's, :func:`checkpoint_of`), writing
+    ``eval.json`` and ``eval.png`` into ``out``, and ``eval-by-k.png`` where several k were
+    evaluated (:func:`~ktframe.reporting.figures.by_k_figure`); the report and the (first) picture's
+    path. Without ``out``, into :func:`default_out`, where an earlier evaluation is never replaced:
+    only a folder the caller names is written over."""
     from ktframe.reporting import figures
 
+    path = checkpoint_of(path, overrides)
     folder = Path(out) if out is not None else default_out(path)
     if out is None and (folder / "eval.json").exists():
         raise InputError(f"{folder / 'eval.json'}: holds an earlier evaluation; expected --out DIR for this one (or --out {folder} to replace it)")
     check_writable(folder, OUTPUTS)
-    config, model = load_checkpoint(path)
+    checkpoint, config, model = _load(path)
     report = evaluate(model, eval_config(config, list(overrides)))
-    report["checkpoint"] = str(path)
+    report["checkpoint"] = relative_to_output(path, folder)
+    report["checkpoint_step"] = checkpoint.get("global_step")
     primary = report["primary"]
     title = f"init={primary['init']}, n={primary['n']}, k={primary['k']}, {report['family']}"
     pictures = {"eval": figures.objective_figure(report["log_objective"], title)}

@@ -157,7 +157,9 @@ class EvalConfig:
     lloyd_last: int = key(
         0, "also report the model with its last N steps taken by Lloyd's algorithm (exact, gamma = inf) instead, as method model+lloyd; 0: not"
     )
-    after_fit: bool = key(False, "evaluate the best checkpoint when training ends (run folder's eval/, and W&B)")
+    after_fit: bool = key(False, "evaluate the run's checkpoint (eval.checkpoint) when training ends (run folder's eval/, and W&B)")
+    checkpoint: str = key("best", "which checkpoint of a run folder is evaluated: best (lowest val/ratio) or last (the authors' choice)")
+    seed_per_run: bool = key(False, "each run's tasks from eval.seed and its trainer.seed (the authors' per-seed sets); false: one set for all runs")
 
 
 @dataclass
@@ -353,7 +355,7 @@ _AT_LEAST = {
 # Keys that must be a number > 0; "inf" is a valid gamma (the hard limit), nothing else's.
 _POSITIVE = {"data.std": False, "model.gamma": True, "optim.lr": False, "optim.loss_lambda": False, "logger.init_timeout": False}
 # Keys whose value is one of a fixed list; names that plugins register are checked where looked up.
-_CHOICES = {"data.family": FAMILIES, "eval.family": (None, *FAMILIES), "logger.kind": LOGGERS, "logger.mode": WANDB_MODES}
+_CHOICES = {"data.family": FAMILIES, "eval.family": (None, *FAMILIES), "eval.checkpoint": ("best", "last"), "logger.kind": LOGGERS, "logger.mode": WANDB_MODES}
 
 
 def _value_error(key: str, value: Any, expected: str) -> InputError:

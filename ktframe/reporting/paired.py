@@ -13,6 +13,7 @@ the last digits and other tasks do not.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,8 +51,9 @@ def _close(x: float | None, y: float | None) -> bool:
 def pool(runs: list[list[Difference]]) -> list[dict[str, Any]]:
     """One row per (init, n, k, method, other), in order of first appearance: the mean difference
     over the runs of each set of tasks, then over the sets weighted by their tasks, its standard
-    error (bounded within a set, the sets independent) and 95 % interval. Runs whose difference is
-    not finite are left out."""
+    error (bounded within a set, the sets independent) and 95 % interval; and the median, least
+    and greatest of the runs' own differences (where each run has its own tasks, as the authors
+    evaluate their seeds, the form of their tables). Runs whose difference is not finite are left out."""
     grouped: dict[tuple, list[list[Difference]]] = {}  # row → sets of tasks → the runs' differences
     for differences in runs:
         for d in differences:
@@ -73,6 +75,7 @@ def _row(key: tuple, sets: list[list[Difference]]) -> dict[str, Any]:
     total = sum(weights)
     mean = sum(w * m for w, m in zip(weights, means)) / total
     sem = math.sqrt(sum((w * e) ** 2 for w, e in zip(weights, errors))) / total
+    each = sorted(d.mean for s in sets for d in s)
     return {
         "init": key[0],
         "n": key[1],
@@ -82,6 +85,9 @@ def _row(key: tuple, sets: list[list[Difference]]) -> dict[str, Any]:
         "mean": mean,
         "sem": sem,
         "ci95": [mean - Z95 * sem, mean + Z95 * sem],
+        "median": statistics.median(each),
+        "min": each[0],
+        "max": each[-1],
         "runs": sum(len(s) for s in sets),
         "task_sets": len(sets),
         "tasks": total,

@@ -156,15 +156,17 @@ def _setting_differences(path: Path, tasks: Any, setting: dict[str, Any], where:
 
 def describe(values: list[float]) -> dict[str, Any]:
     """Mean, sample standard deviation (ddof=1) and 95 % Student-t interval of the mean; one value
-    has no spread (std 0.0) and no interval (None)."""
+    has no spread (std 0.0) and no interval (None). Beside them the median, least and greatest
+    value: the authors report the median over their seeds and its range (``--stat median``)."""
     n = len(values)
     mean = float(np.mean(values))
+    order = {"median": float(np.median(values)), "min": float(np.min(values)), "max": float(np.max(values))}
     if n < 2:
-        return {"mean": mean, "std": 0.0, "n": n, "ci95": None}
+        return {"mean": mean, "std": 0.0, "n": n, "ci95": None, **order}
     std = float(np.std(values, ddof=1))
     # the t quantile, as scipy.stats.t.ppf computes it, without the second that importing scipy.stats takes
     half = float(special.stdtrit(n - 1, 0.975)) * std / math.sqrt(n)
-    return {"mean": mean, "std": std, "n": n, "ci95": [mean - half, mean + half]}
+    return {"mean": mean, "std": std, "n": n, "ci95": [mean - half, mean + half], **order}
 
 
 def _aggregate_metrics(runs: list[dict[str, float | None]]) -> dict[str, dict[str, Any]]:
@@ -207,7 +209,16 @@ def _eval_row(key: Key, curves: list[list[float]]) -> dict[str, Any]:
         "std": final["std"],
         "runs": final["n"],
         "ci95": final["ci95"],
-        "curve": {"mean": steps.mean(axis=0).tolist(), "std": std.tolist()},
+        "median": final["median"],
+        "min": final["min"],
+        "max": final["max"],
+        "curve": {
+            "mean": steps.mean(axis=0).tolist(),
+            "std": std.tolist(),
+            "median": np.median(steps, axis=0).tolist(),
+            "min": steps.min(axis=0).tolist(),
+            "max": steps.max(axis=0).tolist(),
+        },
     }
 
 
@@ -326,13 +337,21 @@ def _interval(ci95: list[float] | None) -> str:
     return "—" if ci95 is None else f"[{ci95[0]:.4f}, {ci95[1]:.4f}]"
 
 
-def _mean_std(s: dict[str, Any]) -> str:
-    """A :func:`describe` as "mean ± std"; one value (no interval) alone, as it has no spread."""
-    return f"{s['mean']:.4f}" if s["ci95"] is None else f"{s['mean']:.4f} ± {s['std']:.4f}"
+# What each table cell shows of a :func:`describe` (``ktframe report --stat``): ktframe's mean ± std
+# over runs, or the authors' median over their seeds with its range.
+STATS = {"mean": "mean ± std", "median": "median [min, max]"}
 
 
-def markdown(report: dict[str, Any], root: Path) -> str:
-    """Two tables a reader can paste: the final validation metrics and the evaluation's last step."""
+def _mean_std(s: dict[str, Any], stat: str = "mean") -> str:
+    """A :func:`describe` as "mean ± std" (or "median [min, max]"); one value (no interval) alone, as it has no spread."""
+    if s["ci95"] is None:
+        return f"{s[stat]:.4f}"
+    return f"{s['mean']:.4f} ± {s['std']:.4f}" if stat == "mean" else f"{s['median']:.4f} [{s['min']:.4f}, {s['max']:.4f}]"
+
+
+def markdown(report: dict[str, Any], root: Path, stat: str = "mean") -> str:
+    """Two tables a reader can paste: the final validation metrics and the evaluation's last step,
+    each cell the ``stat`` over runs (:data:`STATS`)."""
     plural = "s" if report["runs"] != 1 else ""
     lines = [
         f"# ktframe report: {report['runs']} run{plural} in {root}",
@@ -344,19 +363,19 @@ def markdown(report: dict[str, Any], root: Path) -> str:
         "",
     ]
     if report["metrics"]:
-        lines += ["| metric | mean ± std | 95 % interval | n |", "|---|---|---|---|"]
-        lines += [f"| {name} | {_mean_std(s)} | {_interval(s['ci95'])} | {s['n']} |" for name, s in report["metrics"].items()]
+        lines += [f"| metric | {STATS[stat]} | 95 % interval | n |", "|---|---|---|---|"]
+        lines += [f"| {name} | {_mean_std(s, stat)} | {_interval(s['ci95'])} | {s['n']} |" for name, s in report["metrics"].items()]
     else:
         lines.append("No finite val/ metric was found (an evaluation folder, from ktframe eval --out, has none).")
     lines += ["", "## Evaluation: mean log objective at the last step (a run's eval/eval.json, an evaluation folder's eval.json)", ""]
     if report["eval"]:
-        lines += ["| init | n | k | method | mean ± std | 95 % interval | runs |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['init']} | {r['n']} | {_k(r)} | {r['method']} | {_mean_std(r)} | {_interval(r['ci95'])} | {r['runs']} |" for r in report["eval"]]
+        lines += [f"| init | n | k | method | {STATS[stat]} | 95 % interval | runs |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['init']} | {r['n']} | {_k(r)} | {r['method']} | {_mean_std(r, stat)} | {_interval(r['ci95'])} | {r['runs']} |" for r in report["eval"]]
     else:
         lines.append(f"No evaluation was found: no run holds {EVAL.as_posix()} (write one with `ktframe eval CHECKPOINT`).")
-    lines += _difference_table("Evaluation: paired differences at the last step (eval.json's versus)", [([], row) for row in report["versus"]], [])
+    lines += _difference_table("Evaluation: paired differences at the last step (eval.json's versus)", [([], row) for row in report["versus"]], [], stat)
     if report.get("groups"):
-        lines += _group_tables(report)
+        lines += _group_tables(report, stat)
     lines += training_curves.markdown(report)
     return "\n".join(lines)
 
@@ -373,11 +392,11 @@ def _differing_note(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def _group_tables(report: dict[str, Any]) -> list[str]:
+def _group_tables(report: dict[str, Any], stat: str = "mean") -> list[str]:
     """One row per group: its setting, its runs, each final metric (and each evaluated method at
-    the last step) as mean ± std over the group's runs."""
+    the last step) as mean ± std (or ``stat``) over the group's runs."""
     by, groups = report["by"], report["groups"]
-    cell = lambda s: _mean_std(s) if s else "—"  # noqa: E731
+    cell = lambda s: _mean_std(s, stat) if s else "—"  # noqa: E731
     names = list(report["metrics"])
     lines = [
         "",
@@ -395,22 +414,24 @@ def _group_tables(report: dict[str, Any]) -> list[str]:
             "",
             f"## By {', '.join(by)}: evaluation at the last step",
             "",
-            "| " + " | ".join([*by, "init", "n", "k", "method", "mean ± std", "runs"]) + " |",
+            "| " + " | ".join([*by, "init", "n", "k", "method", STATS[stat], "runs"]) + " |",
         ]
         lines.append("|" + "---|" * (len(by) + 6))
         for group, row in rows:
             values = [str(group["setting"][key]) for key in by]
             lines.append("| " + " | ".join([*values, row["init"], str(row["n"]), _k(row), row["method"], cell(row), str(row["runs"])]) + " |")
     differences = [([str(group["setting"][key]) for key in by], row) for group in groups for row in group["versus"]]
-    return lines + _difference_table(f"By {', '.join(by)}: paired differences at the last step", differences, by)
+    return lines + _difference_table(f"By {', '.join(by)}: paired differences at the last step", differences, by, stat)
 
 
-def _difference_table(title: str, rows: list[tuple[list[str], dict[str, Any]]], keys: list[str]) -> list[str]:
+def _difference_table(title: str, rows: list[tuple[list[str], dict[str, Any]]], keys: list[str], stat: str = "mean") -> list[str]:
     """A section of pooled paired differences (:func:`paired.pool`), each row led by its values of
-    ``keys`` (a group's setting); nothing when no evaluation reported any."""
+    ``keys`` (a group's setting), with ``stat="median"`` the median [min, max] of the runs' own
+    differences beside; nothing when no evaluation reported any."""
     if not rows:
         return []
-    columns = [*keys, "init", "n", "k", "method", "− other", "mean ± SE", "95 % interval", "runs", "task sets", "tasks"]
+    spread = ["median [min, max] over runs"] if stat == "median" else []
+    columns = [*keys, "init", "n", "k", "method", "− other", "mean ± SE", "95 % interval", *spread, "runs", "task sets", "tasks"]
     lines = [
         "",
         f"## {title}",
@@ -423,7 +444,9 @@ def _difference_table(title: str, rows: list[tuple[list[str], dict[str, Any]]], 
     ]
     for lead, r in rows:
         cells = [*lead, r["init"], str(r["n"]), _k(r), r["method"], r["versus"], f"{r['mean']:+.4f} ± {r['sem']:.4f}"]
-        cells += [f"[{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}]", str(r["runs"]), str(r["task_sets"]), str(r["tasks"])]
+        cells += [f"[{r['ci95'][0]:+.4f}, {r['ci95'][1]:+.4f}]"]
+        cells += [f"{r['median']:+.4f} [{r['min']:+.4f}, {r['max']:+.4f}]"] if stat == "median" else []
+        cells += [str(r["runs"]), str(r["task_sets"]), str(r["tasks"])]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -433,9 +456,9 @@ def _k(row: dict[str, Any]) -> str:
     return "—" if row["k"] is None else str(row["k"])
 
 
-def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
-    """The objective per step of every method, mean over runs with a ± std band, one subplot per
-    (init, n); PNG bytes, or None when no run was evaluated. Rendered in memory, so that the file is
+def figure_png(report: dict[str, Any], root: Path, stat: str = "mean") -> bytes | None:
+    """The objective per step of every method, mean over runs with a ± std band (``stat="median"``:
+    the median with the range), one subplot per (init, n); PNG bytes, or None when no run was evaluated. Rendered in memory, so that the file is
     written with the others, after everything has been computed."""
     if not report["eval"]:
         return None
@@ -448,28 +471,30 @@ def figure_png(report: dict[str, Any], root: Path) -> bytes | None:
     colours = {method: f"C{i % 10}" for i, method in enumerate(dict.fromkeys(row["method"] for row in report["eval"]))}
     for ax, (init, n, k) in zip(axes.flat, settings):
         for row in (r for r in report["eval"] if (r["init"], r["n"], r["k"]) == (init, n, k)):
-            mean, std = np.array(row["curve"]["mean"]), np.array(row["curve"]["std"])
+            curve = row["curve"]
+            mean = np.array(curve[stat])
+            low, high = (mean - np.array(curve["std"]), mean + np.array(curve["std"])) if stat == "mean" else (np.array(curve["min"]), np.array(curve["max"]))
             label, colour = f"{LABELS.get(row['method'], row['method'])} ({row['runs']} runs)", colours[row["method"]]
             if len(mean) == 1:  # a baseline reported at convergence: its level, dashed
                 ax.axhline(mean[0], linestyle="--", color=colour, label=label)
                 continue
             steps = np.arange(len(mean))
             ax.plot(steps, mean, marker="o", markersize=3, color=colour, label=label)
-            ax.fill_between(steps, mean - std, mean + std, color=colour, alpha=0.2)
+            ax.fill_between(steps, low, high, color=colour, alpha=0.2)
         ax.set(title=f"init={init}, n={n}" + ("" if k is None else f", k={k}"), xlabel="step", ylabel="mean log objective")
         ax.xaxis.get_major_locator().set_params(integer=True)  # steps are whole numbers
         ax.legend(fontsize="small")
     for ax in axes.flat[len(settings) :]:
         ax.axis("off")
-    fig.suptitle(f"objective per step, mean over the runs in {root} (band: ± std)")
+    fig.suptitle(f"objective per step, {stat} over the runs in {root} (band: {'± std' if stat == 'mean' else 'min to max'})")
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))  # half an inch kept for the title, whatever the rows
     return png(fig)
 
 
-def pictures(report: dict[str, Any], root: Path) -> dict[str, bytes | None]:
-    """report.png (the evaluation per step) and training.png (the training curves), each None
-    where no run has what it draws."""
-    return {"report.png": figure_png(report, root), "training.png": training_curves.figure_png(report, root)}
+def pictures(report: dict[str, Any], root: Path, stat: str = "mean") -> dict[str, bytes | None]:
+    """report.png (the evaluation per step, its ``stat`` over runs) and training.png (the training
+    curves), each None where no run has what it draws."""
+    return {"report.png": figure_png(report, root, stat), "training.png": training_curves.figure_png(report, root)}
 
 
 def write(out: Path, report: dict[str, Any], text: str, pngs: dict[str, bytes | None]) -> list[Path]:

@@ -23,7 +23,7 @@ def finish(module: KMeansTransformerModule, cfg: DictConfig, config: dict, run_d
     wandb_run = logger.experiment if logger and cfg.logger.kind == "wandb" else None
     draw_figures(module, cfg, run_dir, logger)
     if cfg.eval.after_fit:
-        summary["eval"] = str(evaluate_after_fit(best, run_dir / "eval", logger, config["eval"]))
+        summary["eval"] = evaluate_after_fit(run_dir, logger, config["eval"]).relative_to(run_dir).as_posix()
     if wandb_run is not None:
         if cfg.logger.log_model:
             log_model(wandb_run, best, summary)
@@ -41,11 +41,13 @@ def draw_figures(module: KMeansTransformerModule, cfg: DictConfig, run_dir: Path
     figures.save(figures.training_figures(module.model.cpu(), X, C0, labels), run_dir / "figures", logger or None)
 
 
-def evaluate_after_fit(best: Path, out: Path, logger, settings: dict[str, Any]) -> Path:
-    """The paper's evaluation of the best checkpoint, as ``ktframe eval`` runs it, under this run's
-    eval ``settings``: a resumed run's may differ from those its checkpoint was saved with. Its
-    table and picture go to the logger too when it takes them."""
-    report, picture = evaluate_checkpoint(best, [f"eval.{key}={json.dumps(value)}" for key, value in settings.items()], out=out)
+def evaluate_after_fit(run_dir: Path, logger, settings: dict[str, Any]) -> Path:
+    """The paper's evaluation of the run's best (or, with eval.checkpoint=last, last) checkpoint,
+    as ``ktframe eval RUN`` runs it, into the run's ``eval/``, under this run's eval ``settings``: a
+    resumed run's may differ from those its checkpoint was saved with. Its table and picture go to
+    the logger too when it takes them."""
+    out = run_dir / "eval"
+    report, picture = evaluate_checkpoint(run_dir, [f"eval.{key}={json.dumps(value)}" for key, value in settings.items()], out=out)
     if logger is not None and hasattr(logger, "log_table"):
         columns, rows = table_rows(report)
         logger.log_table(key="eval/log_objective", columns=columns, data=rows)

@@ -25,6 +25,7 @@ from ktframe.core.errors import InputError
 from ktframe.core.io import write_atomically
 from ktframe.learning.config import load_config, parse_overrides
 from ktframe.training.folders import SWEEP_FILE, FolderLock, check_unused
+from ktframe.training.relative import relative
 
 # Keys each job sets for itself: sweeping them, or fixing one for every job, makes no sense.
 _PER_JOB = ("name", "run_id", "root")
@@ -138,7 +139,16 @@ def plan(overrides: Sequence[str], new_name: Callable[[], str]) -> Sweep:
 
 
 def _record(sweep: Sweep) -> None:
-    state = {"name": sweep.name, "folder": str(sweep.folder), "jobs": [asdict(job) for job in sweep.jobs]}
+    """multirun.json, its paths relative to the sweep folder (``root=`` overrides too), so that it holds no machine's."""
+    jobs = [
+        {
+            **asdict(job),
+            "overrides": [f"root={relative(o[5:], sweep.folder)}" if o.startswith("root=") else o for o in job.overrides],
+            "run_dir": relative(job.run_dir, sweep.folder),
+        }
+        for job in sweep.jobs
+    ]
+    state = {"name": sweep.name, "folder": ".", "jobs": jobs}
     write_atomically(sweep.folder / SWEEP_FILE, [json.dumps(state, indent=2)])
 
 

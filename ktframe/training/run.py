@@ -194,9 +194,10 @@ def _validate_unlogged(trainer: L.Trainer, module: KMeansTransformerModule, data
 
 
 def _summary(trainer: L.Trainer, best: ModelCheckpoint, run_id: str, run_dir: Path) -> dict[str, Any]:
+    """The run's summary.json; its paths relative to the run folder, so that it holds no machine's."""
     return {
         "run_id": run_id,
-        "run_dir": str(run_dir),
+        "run_dir": ".",
         "global_step": trainer.global_step,
         "world_size": trainer.world_size,
         "rank": trainer.global_rank,  # the CLI reports on rank 0 only
