@@ -255,6 +255,7 @@ def test_the_general_preset_draws_tasks_of_every_switch_reproducibly() -> None:
         ("data.families=[gaussian,gauss]", "config key 'data.families' must be null or a non-empty list of families, each one of gaussian, cauchy"),
         ("data.families=[]", "config key 'data.families' must be null or a non-empty list"),
         ("data.scaling=unit", "config key 'data.scaling' must be one of minmax, isotropic, rms, none; got 'unit'"),
+        ("data.warm_start=[3,1]", "config key 'data.warm_start' must be null or [lo, hi], integers with 0 <= lo <= hi; got [3, 1]"),
     ],
 )
 def test_a_bad_switch_is_a_one_line_error_naming_its_key(override, message) -> None:
@@ -279,3 +280,14 @@ def test_rms_scaling_centers_each_task_at_unit_spread() -> None:
     torch.testing.assert_close(X.square().sum(dim=-1).mean(dim=-1), torch.ones(6, dtype=X.dtype))
     factor = (X0 - X0.mean(dim=1, keepdim=True)).norm(dim=-1).square().mean(dim=-1).sqrt()
     torch.testing.assert_close(torch.cdist(X, X) * factor[:, None, None], torch.cdist(X0, X0))
+
+
+def test_a_warm_start_moves_each_steps_initial_centers_by_lloyd_steps() -> None:
+    cold = load_config(["preset=anyk"]).data
+    for steps in (0, 3):
+        warm = load_config(["preset=anyk", f"data.warm_start=[{steps},{steps}]"]).data
+        X, C0, labels = draw_step(cold, torch.Generator().manual_seed(5))
+        X2, C2, labels2 = draw_step(warm, torch.Generator().manual_seed(5))
+        assert torch.equal(X, X2) and torch.equal(labels, labels2)
+        torch.testing.assert_close(C2, reference.lloyd(X, C0, steps).centers, rtol=0, atol=0)
+        assert torch.equal(C2, C0) == (steps == 0)

@@ -53,6 +53,9 @@ class DataConfig:
     num_workers: int = key(0, "dataloader workers drawing training tasks")
     k_range: Optional[list] = key(None, "[lo, hi]: each training step draws its tasks' k from lo..hi, the model built for any k up to hi; null: data.k")
     n_range: Optional[list] = key(None, "[lo, hi]: each training step draws its tasks' n from lo..hi; null: data.n")
+    warm_start: Optional[list] = key(
+        None, "[lo, hi]: each training step's initial centers first moved by t Lloyd steps, t drawn from lo..hi (the states an iterated model meets); null: 0"
+    )
     # The switches of the general task distribution (ktframe.core.tasks.TaskDistribution):
     # each off by default, so that the paper's tasks are drawn as they always were.
     families: Optional[list] = key(None, "each task's noise family drawn from this list (e.g. [gaussian, laplace, student-t]); null: data.family")
@@ -402,6 +405,9 @@ def check_values(cfg: DictConfig) -> None:
         raise _value_error("eval.baselines", list(cfg.eval.baselines), "a list of baseline names, each one of " + ", ".join(BASELINES))
     for name in ("k_range", "n_range"):
         _check_range(cfg, name)
+    warm = cfg.data.warm_start
+    if warm is not None and not (len(warm) == 2 and all(type(v) is int for v in warm) and 0 <= warm[0] <= warm[1]):
+        raise _value_error("data.warm_start", list(warm), "null or [lo, hi], integers with 0 <= lo <= hi")
     try:
         TaskDistribution.of(cfg.data).check(cfg.data.d)
     except TaskError as exc:

@@ -11,6 +11,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, TensorDataset, get_worker_info
 
+from ktframe.core import reference
 from ktframe.core.tasks import TaskDistribution
 from ktframe.learning.seeds import TASKS, step_seed
 from ktframe.plugin.manager import registry
@@ -40,9 +41,14 @@ def _pick(span, generator: torch.Generator) -> int | None:
 def draw_step(cfg, generator: torch.Generator):
     """One training step's batch: its k and n drawn first from ``data.k_range`` / ``data.n_range``
     where they are set (one k and one n for all the tasks of a step, so that a batch is one
-    tensor), then its tasks. Without ranges the generator draws exactly what :func:`draw` does."""
+    tensor), then its tasks. Without ranges the generator draws exactly what :func:`draw` does.
+    With ``data.warm_start``, the initial centers are then moved by a number of Lloyd steps drawn
+    from its range: a model iterated twenty times spends most steps near a fixed point, which
+    one step from the initial centers alone never shows it."""
     k, n = _pick(cfg.k_range, generator), _pick(cfg.n_range, generator)
-    return draw(cfg, cfg.batch_size, generator, n=n, k=k)
+    X, C0, labels = draw(cfg, cfg.batch_size, generator, n=n, k=k)
+    warm = _pick(cfg.warm_start, generator)
+    return (X, reference.lloyd(X, C0, warm).centers, labels) if warm else (X, C0, labels)
 
 
 class TaskStream(IterableDataset):
