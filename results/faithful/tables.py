@@ -88,10 +88,9 @@ def shared_families() -> list[str]:
         if family == "lognormal":
             model = f["model"]
         else:  # the committed evaluations of every seed (results/families/, random starts at n = 512)
-            old = "lognormal" if family == "lognormal-noise" else family
             model = [
                 next(s for s in json.loads(p.read_text())["settings"] if (s["init"], s["n"]) == ("random", 512))["log_objective"]["model"][-1]
-                for p in sorted((ROOT / "results" / "families" / old).glob("paper-seed*/eval.json"))
+                for p in sorted((ROOT / "results" / "families" / family).glob("paper-seed*/eval.json"))
             ]
         lines.append(
             f"| {family} | {_mean(model)} | {f['lloyd'][0]:.4f} | {f['lloyd-reseed'][0]:.4f} | {f['reseeded'][0]} | {statistics.mean(model) - f['lloyd-reseed'][0]:+.4f} |"
