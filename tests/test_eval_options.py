@@ -23,7 +23,7 @@ from ktframe.learning.data import draw
 
 # 4 tasks in batches of 2, 3 steps, n in {8, 32} (32: the training n): a few seconds per evaluation.
 SMALL = ["eval.tasks=4", "eval.batch_size=2", "eval.steps=3", "eval.ns=[8,32]"]
-METHODS = {"model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++"}
+METHODS = {"model", "lloyd", "lloyd-reseed", "k-means++", "greedy-k-means++"}
 
 
 def train(root: Path, name: str, *overrides: str) -> Path:
@@ -77,7 +77,7 @@ def test_help_names_the_new_keys(tmp_path):
 # 1. eval.ks and data.k on a model for one k
 
 
-def test_the_trained_k_gives_the_same_report_however_it_is_named(fixed, tmp_path):
+def test_the_trained_k_gives_the_same_report_however_it_is_named(fixed, tmp_path, kernels_by_ktframe_rule):
     default = evaluate(fixed, tmp_path / "default", cli=True)
     assert default["primary"] == {"init": "random", "n": 32, "k": 3}  # the first init, the training n and k
     assert [(s["init"], s["n"], s["k"]) for s in default["settings"]] == [("random", 8, 3), ("random", 32, 3), ("k-means++", 8, 3), ("k-means++", 32, 3)]
@@ -133,7 +133,7 @@ def test_baselines_are_reported_at_convergence_on_the_settings_tasks(fixed, tmp_
         best = [KMeans(n_clusters=3, n_init=10, random_state=seed).fit(points).inertia_ for points, seed in zip(X.double().numpy(), seeds)]
         assert final["best-of-10"] == pytest.approx(float(np.mean(np.log(best))), rel=1e-9, abs=1e-9)
         # The best of ten restarts to convergence is no worse than one seeding followed by 3 steps of Lloyd.
-        assert final["best-of-10"] <= setting["log_objective"]["kmeans++"][-1] + 1e-6
+        assert final["best-of-10"] <= setting["log_objective"]["k-means++"][-1] + 1e-6
     assert report["final"] == report["settings"][1]["final"]  # the primary setting's: the training n, 32
 
 
@@ -257,7 +257,7 @@ def test_versus_gives_the_paired_difference_of_the_model_and_every_other_method(
     setting = report["settings"][0]
     versus, curves = setting["versus"], setting["log_objective"]
     assert set(versus) == {"model", "model+lloyd"} and report["versus"] == versus
-    assert all(set(against) == {"lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++", "best-of-10"} for against in versus.values())
+    assert all(set(against) == {"lloyd", "lloyd-reseed", "k-means++", "greedy-k-means++", "best-of-10"} for against in versus.values())
     for ours, against in versus.items():
         for other, difference in against.items():
             end = setting["final"][other] if other in setting["final"] else curves[other][-1]

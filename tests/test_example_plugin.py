@@ -111,7 +111,7 @@ def test_it_trains_and_evaluates_against_its_reference(runs):
     assert evaluated.returncode == 0, evaluated
     report = evaluated.json()
     assert (report["variant"], report["reference"]) == ("kmedians", "k-medians")
-    assert set(report["log_objective"]) == {"model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++", "reference"}
+    assert set(report["log_objective"]) == {"model", "lloyd", "lloyd-reseed", "k-means++", "greedy-k-means++", "reference"}
     assert all(len(v) == 4 and all(math.isfinite(x) for x in v) for v in report["log_objective"].values())
     # Both start from the same initial centers.
     assert report["log_objective"]["reference"][0] == pytest.approx(report["log_objective"]["model"][0])

@@ -137,7 +137,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(refused, case):
     assert after == before
 
 
-def test_a_stopped_sweep_goes_on_with_resume_to_the_same_files(tmp_path):
+def test_a_stopped_sweep_goes_on_with_resume_to_the_same_files(tmp_path, kernels_by_ktframe_rule):
     (tmp_path / "tiny.yaml").write_text(TINY)
     chosen = gamma_sweep.grid(str(tmp_path / "tiny.yaml"))
     gamma_sweep.run("soft", chosen, tmp_path / "whole")

@@ -31,7 +31,7 @@ def test_fit_runs_to_the_end_and_draws_the_learned_heads_alone(trained):
 def test_eval(trained):
     checkpoint = trained / "runs" / "core" / "checkpoints" / "last.ckpt"
     done = ok(run_cli(["--no-plugins", "eval", str(checkpoint), "eval.tasks=4", "eval.batch_size=4", "eval.steps=2", "eval.ns=[16]", "--json"], trained))
-    assert set(json.loads(done.stdout)["log_objective"]) == {"model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++"}
+    assert set(json.loads(done.stdout)["log_objective"]) == {"model", "lloyd", "lloyd-reseed", "k-means++", "greedy-k-means++"}
 
 
 def test_report(trained):

@@ -185,10 +185,10 @@ def test_fit_end_to_end_learns_and_writes_its_run_folder(tmp_path):
         run_cli(["eval", str(checkpoints / "best.ckpt"), "eval.tasks=8", "eval.batch_size=4", "eval.steps=5", "eval.ns=[16,32]", "--json"], tmp_path)
     )
     report = json.loads(evaluated.stdout)
-    assert set(report["log_objective"]) == {"model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++"}
+    assert set(report["log_objective"]) == {"model", "lloyd", "lloyd-reseed", "k-means++", "greedy-k-means++"}
     assert all(len(values) == 6 and all(math.isfinite(v) for v in values) for values in report["log_objective"].values())
     assert report["primary"] == {"init": "random", "n": 32, "k": 3}  # the training n and k, the first init
-    assert [(s["init"], s["n"]) for s in report["settings"]] == [("random", 16), ("random", 32), ("kmeans++", 16), ("kmeans++", 32)]
+    assert [(s["init"], s["n"]) for s in report["settings"]] == [("random", 16), ("random", 32), ("k-means++", 16), ("k-means++", 32)]
     # Lloyd never increases the objective; the model and Lloyd share their start.
     lloyd = report["log_objective"]["lloyd"]
     assert all(b <= a + 1e-9 for a, b in zip(lloyd, lloyd[1:]))

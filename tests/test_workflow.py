@@ -89,8 +89,9 @@ def test_multirun_of_two_seeds_evaluates_each_and_reports_them(tmp_path):
     ratio = report["metrics"]["val/ratio"]
     assert ratio["n"] == 2 and ratio["mean"] == pytest.approx(sum(s["metrics"]["val/ratio"] for s in summaries) / 2)
     rows = {(row["init"], row["n"], row["method"]): row for row in report["eval"]}
-    methods = ("model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++")
-    assert set(rows) == {(init, n, m) for init in ("random", "kmeans++") for n in (16, 32) for m in methods}
+    assert set(rows) == {
+        (init, n, m) for init in ("random", "k-means++") for n in (16, 32) for m in ("model", "lloyd", "lloyd-reseed", "k-means++", "greedy-k-means++")
+    }
     model = rows[("random", 32, "model")]
     finals = [next(s for s in e["settings"] if (s["init"], s["n"]) == ("random", 32))["log_objective"]["model"][-1] for e in evals]
     assert model["runs"] == 2 and model["mean"] == pytest.approx(sum(finals) / 2)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from ktframe.cli import progress
+
 EXAMPLES = """examples:
-  ktframe eval CKPT eval.tasks=320 eval.ns=[512] eval.inits=[kmeans++] eval.family=cauchy
+  ktframe eval CKPT eval.tasks=320 eval.ns=[512] eval.inits=[k-means++] eval.family=cauchy
   ktframe eval CKPT eval.ks=[4,8,16]      # one setting per k (a model trained with data.k_range: any k up to its maximum)
   ktframe eval CKPT data.k=8              # the same as eval.ks=[8] (unless eval.ks is given)
   ktframe eval CKPT eval.baselines=[breathing-kmeans,best-of-10]   # their final objective beside the others (pip install 'ktframe[baselines]')"""
@@ -15,7 +17,6 @@ EXAMPLES = """examples:
 def add_parser(commands) -> None:
     p = commands.add_parser(
         "eval",
-        help="evaluate a trained checkpoint against Lloyd and k-means++ seeding",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -37,6 +38,7 @@ def add_parser(commands) -> None:
 def run(args) -> int:
     from ktframe.evaluation.evaluate import evaluate_checkpoint, format_table
 
-    report, picture = evaluate_checkpoint(args.checkpoint, args.overrides, args.out)
+    with progress.bar("eval", unit="task", quiet=args.quiet) as bar:
+        report, picture = evaluate_checkpoint(args.checkpoint, args.overrides, args.out, progress=progress.follow(bar))
     print(json.dumps(report) if args.json else f"{format_table(report)}\n\nwritten: {picture.with_name('eval.json')}, {picture}")
     return 0

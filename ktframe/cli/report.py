@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ktframe.cli import progress
+
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("report", help="aggregate the training runs below a folder: mean, spread and 95 %% interval over runs")
+    p = commands.add_parser("report")
     p.add_argument(
         "path",
         metavar="PATH",
@@ -17,7 +19,8 @@ def add_parser(commands) -> None:
     p.add_argument("--out", metavar="DIR", help="folder for report.json, report.md, report.png and training.png (default: PATH)")
     p.add_argument(
         "--by", metavar="KEYS", default="",
-        help="also report each group of runs sharing these config keys' values, comma-separated (e.g. optim.loss_lambda,data.d: a sweep's settings, seeds pooled)",
+        help="also report each group of runs sharing these config keys' values, comma-separated (e.g. optim.loss_lambda,data.d: a sweep's settings, seeds pooled); "
+        "runs whose configs differ in other keys are grouped by those too, and the report names them",
     )  # fmt: skip
     p.add_argument("--stat", choices=("mean", "median"), default="mean", help="each cell: mean ± std over runs (ktframe's) or median [min, max] (the authors')")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of Markdown")
@@ -28,8 +31,10 @@ def run(args) -> int:
     from ktframe.reporting.report import build_report, markdown, pictures, write
 
     root = Path(args.path)
-    report = build_report(root, [key for key in args.by.split(",") if key])
-    text = markdown(report, root, args.stat)
-    paths = write(Path(args.out) if args.out else root, report, text, pictures(report, root, args.stat))
+    with progress.bar("report", unit="run", quiet=args.quiet) as bar:
+        report = build_report(root, [key for key in args.by.split(",") if key], progress=progress.follow(bar))
+        text = markdown(report, root, args.stat)
+        bar.set_postfix_str("drawing")
+        paths = write(Path(args.out) if args.out else root, report, text, pictures(report, root, args.stat))
     print(json.dumps(report) if args.json else f"{text}\n\nwritten: {', '.join(map(str, paths))}")
     return 0

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from ktframe.learning.data import draw
 from ktframe.learning.module import model_from_config
 from ktframe.plugin.build import get_variant
 
-METHODS = ("model", "lloyd", "lloyd-reseed", "kmeans++", "greedy-kmeans++")
+METHODS = ("model", "lloyd", "lloyd-reseed", "k-means++", "greedy-k-means++")
 MODEL_METHODS = ("model", "model+lloyd")  # the checkpoint's; every other method is compared with them (``versus``)
 
 
@@ -205,10 +205,11 @@ def _finish_with_lloyd(X: torch.Tensor, trajectory: torch.Tensor, steps: int) ->
     return torch.cat([head, tail], dim=1)
 
 
-def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k: int) -> dict[str, Any]:
+def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k: int, tasks_done: Callable[[int], None]) -> dict[str, Any]:
     """One setting: the mean log objective of every method at every step over ``eval.tasks``
-    tasks of n points and k clusters, and of every baseline at its end (``final``). ``reseeded``:
-    the tasks in which lloyd-reseed re-seeded a cluster."""
+    tasks of n points and k clusters, and of every baseline at its end (``final``); each batch's
+    number of tasks is handed to ``tasks_done`` once it is evaluated. ``reseeded``: the tasks in
+    which lloyd-reseed re-seeded a cluster."""
     data, ev = config["data"], config["eval"]
     variant = get_variant(config["model"]["variant"])
     data_cfg = OmegaConf.create(data)
@@ -227,8 +228,8 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
             "model": model(X, C0, n_steps=ev["steps"], reembed=True).trajectory,
             "lloyd": fast.lloyd(X, C0, ev["steps"]).trajectory,
             "lloyd-reseed": reseed,
-            "kmeans++": fast.lloyd(X, plain, ev["steps"]).trajectory,
-            "greedy-kmeans++": fast.lloyd(X, greedy, ev["steps"]).trajectory,
+            "k-means++": fast.lloyd(X, plain, ev["steps"]).trajectory,
+            "greedy-k-means++": fast.lloyd(X, greedy, ev["steps"]).trajectory,
         }
         if ev["lloyd_last"]:
             runs["model+lloyd"] = _finish_with_lloyd(X, runs["model"], ev["lloyd_last"])
@@ -242,6 +243,7 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
         seeds = [baseline_seed(seed, n, k, start + i) for i in range(batch)]
         for name in ev["baselines"]:
             last[name].append(fast.objective(X64, baselines.BASELINES[name](X64, k, seeds)).log())
+        tasks_done(batch)
     ends = {method: torch.cat(values) for method, values in last.items()}
     return {
         "init": init,
@@ -270,14 +272,24 @@ def _versus(ends: dict[str, torch.Tensor]) -> dict[str, dict[str, dict[str, floa
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, config: dict) -> dict[str, Any]:
+def evaluate(model: torch.nn.Module, config: dict, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Every setting (init × n × k, k innermost) of the protocol, and the primary one: the
-    checkpoint's data.k (else the first k), its training n (else the first n), the first init."""
+    checkpoint's data.k (else the first k), its training n (else the first n), the first init.
+    ``progress(done, total)`` hears how many tasks of all settings are evaluated, after each batch."""
     data, ev = config["data"], config["eval"]
     ks = eval_ks(model, config)
     baselines.require(ev["baselines"])
     variant = get_variant(config["model"]["variant"])
-    settings = [_evaluate_setting(model, config, init, n, k) for init in ev["inits"] for n in ev["ns"] for k in ks]
+    grid = [(init, n, k) for init in ev["inits"] for n in ev["ns"] for k in ks]
+    done = 0
+
+    def tasks_done(batch: int) -> None:
+        nonlocal done
+        done += batch
+        if progress is not None:
+            progress(done, len(grid) * ev["tasks"])
+
+    settings = [_evaluate_setting(model, config, init, n, k, tasks_done) for init, n, k in grid]
     at_k = [s for s in settings if s["k"] == (data["k"] if data["k"] in ks else ks[0])]
     primary = next((s for s in at_k if s["n"] == data["n"]), at_k[0])
     return {
@@ -352,12 +364,14 @@ def default_out(path: str | Path) -> Path:
     return Path(f"eval-{resolved.stem}")
 
 
-def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None) -> tuple[dict[str, Any], Path]:
+def evaluate_checkpoint(
+    path: str | Path, overrides: Sequence[str] = (), out: str | Path | None = None, progress: Callable[[int, int], None] | None = None
+) -> tuple[dict[str, Any], Path]:
     """:func:`evaluate` a checkpoint (or a run folder's, :func:`checkpoint_of`), writing
     ``eval.json`` and ``eval.png`` into ``out``, and ``eval-by-k.png`` where several k were
     evaluated (:func:`~ktframe.reporting.figures.by_k_figure`); the report and the (first) picture's
     path. Without ``out``, into :func:`default_out`, where an earlier evaluation is never replaced:
-    only a folder the caller names is written over."""
+    only a folder the caller names is written over. ``progress``: as :func:`evaluate`'s."""
     from ktframe.reporting import figures
 
     path = checkpoint_of(path, overrides)
@@ -366,7 +380,7 @@ def evaluate_checkpoint(path: str | Path, overrides: Sequence[str] = (), out: st
         raise InputError(f"{folder / 'eval.json'}: holds an earlier evaluation; expected --out DIR for this one (or --out {folder} to replace it)")
     check_writable(folder, OUTPUTS)
     checkpoint, config, model = _load(path)
-    report = evaluate(model, eval_config(config, list(overrides)))
+    report = evaluate(model, eval_config(config, list(overrides)), progress)
     report["checkpoint"] = relative_to_output(path, folder)
     report["checkpoint_step"] = checkpoint.get("global_step")
     primary = report["primary"]

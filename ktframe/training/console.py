@@ -23,6 +23,8 @@ from omegaconf import DictConfig
 # one on a busy 2-core machine, and no less on an idle one (benchmarks/first_hour.py).
 THREADED_WORK = 1 << 26
 _THIRD_PARTY_LOGGERS = ("lightning.pytorch", "lightning.fabric")
+# What the user asked Lightning for is still shown: a profiler's report (trainer.profiler=simple).
+_ASKED_FOR_LOGGERS = ("lightning.pytorch.profilers",)
 
 
 def step_work(cfg: DictConfig) -> int:
@@ -61,11 +63,13 @@ def threads(count: int) -> Iterator[None]:
 @contextlib.contextmanager
 def quiet_lightning() -> Iterator[None]:
     """Lightning's informational lines (the devices found, its tips, why the fit stopped) held back
-    inside; its warnings still shown."""
-    loggers = [logging.getLogger(name) for name in _THIRD_PARTY_LOGGERS]
+    inside; its warnings, and a profiler's report the user asked for, still shown."""
+    held = [(logging.getLogger(name), logging.WARNING) for name in _THIRD_PARTY_LOGGERS]
+    shown = [(logging.getLogger(name), logging.INFO) for name in _ASKED_FOR_LOGGERS]
+    loggers = [logger for logger, _ in held + shown]
     levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.WARNING)
+    for logger, level in held + shown:
+        logger.setLevel(level)
     try:
         yield
     finally:
