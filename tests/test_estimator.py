@@ -87,7 +87,7 @@ def test_equals_scikit_learn_lloyd(n_per: int, d: int, k: int, spread: float, ma
     # overlapping blobs, so that Lloyd's algorithm takes several steps to settle
     points, truth = blobs(n_per, d, k, spread, seed=k)
     C0 = one_point_per_blob(points, truth, k)
-    ours = TransformerKMeans(k, init=C0, max_iter=max_iter, gamma=math.inf).fit(points)
+    ours = TransformerKMeans(k, init=C0, max_iter=max_iter, tol=0, gamma=math.inf).fit(points)
     theirs = KMeans(k, algorithm="lloyd", init=C0, n_init=1, max_iter=max_iter, tol=0).fit(points)
     assert len(np.unique(theirs.labels_)) == k, "a cluster emptied: scikit-learn would move its center"
     np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-8)
@@ -101,7 +101,7 @@ def test_n_iter_counts_the_lloyd_iterations_as_scikit_learn_does(seed: int) -> N
     # the model stops at the same layer, and counts it as scikit-learn counts that iteration.
     points, _ = blobs(40, 2, 4, 2.5, seed=seed)
     C0 = points[:4]
-    ours = TransformerKMeans(4, init=C0, max_iter=30).fit(points)
+    ours = TransformerKMeans(4, init=C0, max_iter=30, tol=0).fit(points)
     theirs = KMeans(4, algorithm="lloyd", init=C0, n_init=1, max_iter=30, tol=0).fit(points)
     assert ours.n_iter_ == theirs.n_iter_ < 30
     np.testing.assert_allclose(ours.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-12)
@@ -183,11 +183,13 @@ def test_params_round_trip_and_clone() -> None:
         variant="lloyd-dot",
         max_iter=4,
         n_layers=None,
+        tol=1e-3,
         gamma=50.0,
         init=C0,
         random_state=3,
         dtype="float32",
         variant_options={"share_weights": False},
+        checkpoint=None,
     )
     estimator = TransformerKMeans(**params)
     got = estimator.get_params()
@@ -335,7 +337,7 @@ def test_max_iter_is_the_default_and_n_layers_an_alias() -> None:
     assert estimator.max_iter == 300 and estimator.n_layers is None and estimator.dtype is None
     points, _ = blobs(40, 2, 3, 2.0, seed=3)
     C0 = points[:3]
-    long = TransformerKMeans(3, init=C0).fit(points)
+    long = TransformerKMeans(3, init=C0, tol=0).fit(points)
     theirs = KMeans(3, algorithm="lloyd", init=C0, n_init=1, tol=0).fit(points)  # max_iter=300 too
     assert long.n_iter_ == theirs.n_iter_
     np.testing.assert_allclose(long.cluster_centers_, theirs.cluster_centers_, rtol=0, atol=1e-12)
@@ -407,7 +409,7 @@ def test_many_tasks_seeded_k_means_plus_plus_reproduces() -> None:
 def test_a_fit_that_settles_early_gives_what_every_step_gives(options: dict | None) -> None:
     # Tasks settling after 8 to 53 steps: the model stops once all have, max_iter=300 steps given.
     data = np.stack([blobs(100, 2, 6, 4.0, seed=seed)[0] for seed in range(6)])
-    fitted = TransformerKMeans(6, random_state=0, init="random", max_iter=300, variant_options=options).fit(data)
+    fitted = TransformerKMeans(6, random_state=0, init="random", max_iter=300, tol=0, variant_options=options).fit(data)
     model = ktframe.build_model("lloyd", d=2, k=6, n_layers=300, dtype="float64", reset="identity", **(options or {}))
     X = torch.from_numpy(data)
     C0 = ktframe.reference.random_points(X, 6, torch.Generator().manual_seed(0))  # the fit's init="random", random_state=0

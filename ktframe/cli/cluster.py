@@ -1,4 +1,5 @@
-"""``ktframe cluster FILE --k K``: cluster a user's points and write their labels."""
+"""``ktframe cluster FILE --k K``: cluster a user's points and write their labels, with a hand-built
+variant or (``--checkpoint``) a trained model."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import signal
 import sys
 
 from ktframe.cli import progress
-from ktframe.cli.options import parse_gamma
+from ktframe.cli.options import parse_gamma, parse_option, variant_options
 from ktframe.core.errors import InputError
 from ktframe.core.io import output_path, write_atomically
 from ktframe.core.names import canonical
@@ -30,7 +31,16 @@ def add_parser(commands) -> None:
     p.add_argument("file", help="a .csv (one point a row, optional header) or .npy (2-D array) file")
     p.add_argument("--k", "--n-clusters", dest="k", type=int, required=True, help="number of clusters (--n-clusters: the same, scikit-learn's name)")
     p.add_argument("--variant", default="lloyd", help="registered variant (default: lloyd)")
-    p.add_argument("--layers", type=int, default=10, help="layers = iterations (default: 10)")
+    p.add_argument(
+        "--option", dest="options", type=parse_option, action="append", default=[], metavar="KEY=VALUE",
+        help="a build option of the variant, repeatable (`ktframe plugins` lists them), e.g. --option reset=attention",
+    )  # fmt: skip
+    p.add_argument(
+        "--checkpoint",
+        help="cluster with this trained model (a .ckpt of ktframe fit, read weights-only) instead of a hand-built variant: its steps, its scaling",
+    )
+    p.add_argument("--layers", type=int, default=None, help="layers = iterations (default: 10; with --checkpoint, the steps it was evaluated with)")
+    p.add_argument("--tol", type=float, default=1e-4, help="stop once an iteration moves the centers by at most tol x the data's mean variance (default: 1e-4)")
     p.add_argument("--gamma", type=parse_gamma, default=math.inf, help="inverse temperature (default: inf, exact)")
     p.add_argument("--init", type=canonical, choices=("k-means++", "random"), default="k-means++", help="(default: k-means++; also spelt kmeans++)")
     p.add_argument("--seed", type=_seed, default=0, help="random seed of the initialisation (default: 0)")
@@ -70,13 +80,23 @@ def run(args) -> int:
     from ktframe.clustering.estimator import TransformerKMeans
 
     out = _destination(args.out, args.file)
+    if args.checkpoint is not None:
+        given = [flag for flag, value in (("--variant", args.variant != "lloyd"), ("--gamma", args.gamma != math.inf), ("--option", args.options)) if value]
+        if given:
+            raise InputError(f"--checkpoint clusters with the trained model, which {' and '.join(given)} would describe otherwise; expected --checkpoint alone")
+        options, layers, method = {}, args.layers, f"checkpoint={args.checkpoint}"
+    else:
+        options, layers, method = variant_options(args.variant, args.options), 10 if args.layers is None else args.layers, f"variant={args.variant}"
     with progress.bar(f"cluster {args.file}", 2, "stage", quiet=args.quiet) as bar:
         points = load_points(args.file, args.dtype)
         bar.update()
-        model = TransformerKMeans(args.k, variant=args.variant, n_layers=args.layers, gamma=args.gamma, init=args.init, random_state=args.seed)
+        model = TransformerKMeans(
+            args.k, variant=args.variant, n_layers=layers, tol=args.tol, gamma=args.gamma, init=args.init, random_state=args.seed,
+            variant_options=options or None, checkpoint=args.checkpoint,
+        )  # fmt: skip
         labels = model.fit_predict(points)
         bar.update()
-    summary = f"{points.shape[0]} points, {points.shape[1]} dimensions, k={args.k}, variant={args.variant}: objective {model.inertia_:.6g} (log {math.log(model.inertia_) if model.inertia_ > 0 else float('-inf'):.6f})"
+    summary = f"{points.shape[0]} points, {points.shape[1]} dimensions, k={args.k}, {method}: objective {model.inertia_:.6g} (log {math.log(model.inertia_) if model.inertia_ > 0 else float('-inf'):.6f})"
     if out is not None:
         write_atomically(out, label_lines(labels))
         print(f"{summary}; labels written to {out}")

@@ -14,3 +14,38 @@ def parse_gamma(text: str) -> float:
     if math.isnan(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"gamma must be a positive number or 'inf'; got {text!r}")
     return value
+
+
+def parse_option(text: str) -> tuple[str, object]:
+    """``KEY=VALUE``, a variant's build option: the value read as YAML (``0.1``, ``true``,
+    ``identity``), ``inf`` as infinity."""
+    import yaml  # here: parsing the other arguments needs none of it
+
+    key, equals, value = text.partition("=")
+    if not equals or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"--option takes KEY=VALUE, a build option of the variant (e.g. --option trim=0.1); got {text!r}")
+    try:
+        parsed = yaml.safe_load(value) if value else ""
+    except yaml.YAMLError:
+        parsed = value
+    if isinstance(parsed, str) and parsed.lower() in ("inf", "+inf", "-inf"):
+        parsed = float(parsed)
+    return key, parsed
+
+
+def variant_options(variant: str, pairs: list[tuple[str, object]]) -> dict:
+    """The ``--option`` pairs as a dict, each key given once and a build option of ``variant``
+    other than gamma (``--gamma`` sets it); otherwise a one-line error naming the valid keys."""
+    from ktframe.core.errors import InputError
+    from ktframe.plugin.build import get_variant
+    from ktframe.plugin.variant import check_options
+
+    options: dict = {}
+    for key, value in pairs:
+        if key in options:
+            raise InputError(f"--option {key} is given twice; expected each option once")
+        if key == "gamma":
+            raise InputError("--option gamma=...: the temperature is --gamma; expected --gamma VALUE")
+        options[key] = value
+    check_options(get_variant(variant), options)
+    return options

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ktframe.cli import progress
-from ktframe.cli.options import parse_gamma
+from ktframe.cli.options import parse_gamma, parse_option, variant_options
 from ktframe.plugin.verify import PAPER_DTYPE, PAPER_GAMMA, Setting, format_report, verify
 
 
@@ -29,12 +29,17 @@ def add_parser(commands) -> None:
         default=None,
         help=f"(default: the variant's declared exact setting; {PAPER_DTYPE} for a variant that declares none)",
     )
+    p.add_argument(
+        "--option", dest="options", type=parse_option, action="append", default=[], metavar="KEY=VALUE",
+        help="a build option of the variant, repeatable (`ktframe plugins` lists them; default: its declared exact setting's), e.g. --option trim=0.1",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    setting = Setting(n=args.n, d=args.d, k=args.k, layers=args.layers, gamma=args.gamma, seed=args.seed, dtype=args.dtype)
+    options = variant_options(args.variant, args.options)
+    setting = Setting(n=args.n, d=args.d, k=args.k, layers=args.layers, gamma=args.gamma, seed=args.seed, dtype=args.dtype, options=options)
     with progress.bar(f"verify {args.variant}: the transformer, then the reference", 2, "run", quiet=args.quiet) as bar:
         report = verify(args.variant, setting, progress=progress.follow(bar))
     print(json.dumps(report) if args.json else format_report(report))

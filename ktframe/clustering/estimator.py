@@ -6,6 +6,7 @@ import functools
 import importlib
 import inspect
 import math
+import os
 import sys
 import warnings
 from typing import Any
@@ -13,12 +14,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ktframe.clustering.trained import Frame, Trained, load_trained
 from ktframe.core import reference
 from ktframe.core.errors import InputError, NotFittedError
 from ktframe.core.validation import as_tensor, check_gamma, check_n_clusters, check_positive_int, check_rank, check_values
 from ktframe.fast import lloyd as fast
 from ktframe.fast import seeding
-from ktframe.plugin.build import build_model
+from ktframe.plugin.build import build_model, get_variant
+from ktframe.plugin.manager import registry
 
 INITS = ("k-means++", "random")
 FLOATS = {"float32": torch.float32, "float64": torch.float64}
@@ -98,17 +101,21 @@ class TransformerKMeans:
     clustering variant, ``lloyd`` by default); ``max_iter`` (at most this many Lloyd iterations,
     300 as in scikit-learn; ``max_iter=10`` is the paper's ten-layer model); ``n_layers`` (an
     alias of ``max_iter`` kept for ``ktframe cluster --layers``; ``None``, the default, means
-    ``max_iter``); ``gamma`` (inverse temperature, ``inf`` for the exact hard limit); ``init``
-    (``"k-means++"`` — scikit-learn's greedy form —, ``"random"`` or an array of shape
-    ``(n_clusters, d)``); ``random_state``; ``dtype`` (``None``: the input's float dtype, float32
-    or float64, other inputs becoming float64 as in scikit-learn; ``"float32"`` or ``"float64"``
-    forces one); ``variant_options`` for the variant's own options.
+    ``max_iter``); ``tol`` (scikit-learn's: a task stops after the first iteration whose squared
+    center shift, summed over the centers, is at most ``tol`` times the mean variance of its
+    features; 1e-4 as in scikit-learn, 0 for only an iteration that changes nothing); ``gamma``
+    (inverse temperature, ``inf`` for the exact hard limit); ``init`` (``"k-means++"`` —
+    scikit-learn's greedy form —, ``"random"`` or an array of shape ``(n_clusters, d)``);
+    ``random_state``; ``dtype`` (``None``: the input's float dtype, float32 or float64, other
+    inputs becoming float64 as in scikit-learn; ``"float32"`` or ``"float64"`` forces one);
+    ``variant_options`` for the variant's own options; ``checkpoint`` (below).
 
-    A fit stops spending time on a task once an iteration leaves it as it was (converged), so
-    ``max_iter=300`` costs what the iterations needed cost. In the hard limit the ``lloyd``
-    variant computes its point self-attention as the identity it then is (see ``reset`` in
-    docs/exactness.md), so memory grows with n·k, not n². An emptied cluster keeps its center
-    (scikit-learn moves it to a far point).
+    A fit stops spending time on a task once it has settled (``tol``) or an iteration leaves it as
+    it was (converged), so ``max_iter=300`` costs what the iterations needed cost; every variant
+    stops by the same rule, a soft one too. In the hard limit the ``lloyd`` variant computes its
+    point self-attention as the identity it then is (see ``reset`` in docs/exactness.md), so
+    memory grows with n·k, not n². An emptied cluster keeps its center (scikit-learn moves it to a
+    far point).
 
     Attributes after ``fit(X)`` with ``X`` of shape ``(n_samples, n_features)``:
 
@@ -116,30 +123,59 @@ class TransformerKMeans:
       (or ``dtype``);
     - ``labels_`` ``(n_samples,)`` integers: the nearest center of every point, the lowest index
       among ties — what ``predict(X)`` gives;
-    - ``inertia_`` float: Σ‖x − c[label]‖², the k-means objective of the returned centers;
+    - ``inertia_`` float: Σ wᵢ‖xᵢ − c[labelᵢ]‖² (wᵢ = 1 without ``sample_weight``), the k-means
+      objective of the returned centers;
     - ``n_iter_`` int: the iterations run; as in scikit-learn, fewer than ``max_iter`` once an
-      iteration leaves the assignments, and so the centers, as they were (that one counted);
+      iteration moves the centers by no more than ``tol`` allows (that one counted);
+    - ``memberships_`` ``(n_samples, n_clusters)``: for a variant with soft memberships
+      (``Variant.soft_memberships``, e.g. ``soft``), each point's probabilities over the clusters
+      at the returned centers, what ``predict_proba(X)`` gives; absent for the others;
     - ``n_features_in_`` int: ``n_features``.
 
     Arrays come back as numpy arrays, or as tensors when ``fit`` was given a tensor.
+
+    ``fit(X, sample_weight=w)`` (and ``fit_predict``, ``fit_transform``, ``score``) weighs each
+    point as scikit-learn does, for the variants whose center update is a weighted mean
+    (``Variant.sample_weights``: ``lloyd``, ``lloyd-dot``, ``soft``, ``spherical``): a point of weight w
+    counts as w copies of itself in the center update (the model's normalized linear attention
+    weighs it as a key) and in ``inertia_``; weights are non-negative, not all 0. The seeding
+    (``k-means++``, ``random``) draws as without weights; pass ``init`` for scikit-learn's weighted
+    seeding. Another variant refuses weights in one line.
+
+    ``predict_proba(X)`` ``(n, n_clusters)``: the soft memberships of new points, the assignment
+    the variant's model writes for them at the fitted centers (for ``soft``,
+    ``softmax(−γ‖x − c‖²)`` over the centers, EM's responsibilities); a variant without soft
+    memberships says so in one line.
+
+    ``checkpoint=PATH`` clusters with a trained model (a ``.ckpt`` of ``ktframe fit``, read
+    weights-only) instead of a hand-built one: its layer, re-embedded between steps, for the steps
+    it was evaluated with (its config's ``eval.steps``, at most ``max_iter``; ``n_layers`` sets
+    them), on the data in the frame of its training tasks: narrower data zero-padded to its ``d``,
+    wider data reduced to its first ``d`` principal components (a PCA fitted on ``X``), then scaled
+    as its tasks were (``data.scaling``: ``minmax`` per coordinate, the paper's, or ``isotropic``,
+    one factor for all). Initial centers, labels and ``predict`` are in that frame;
+    ``cluster_centers_`` are mapped back to ``X``'s units (within the principal components, where
+    reduced), and ``inertia_``, ``transform`` and ``score`` are measured there. ``n_clusters`` must
+    be the checkpoint's k, or at most its largest for a model trained for any k; ``variant``,
+    ``gamma`` and ``variant_options`` describe a hand-built model and stay at their defaults.
 
     Many independent tasks at once: ``fit`` also takes ``X`` of shape ``(n_tasks, n_samples,
     n_features)`` and clusters every task separately in one batched pass, with the same
     conventions per task; the attributes then gain a leading task axis: ``cluster_centers_``
     ``(n_tasks, n_clusters, n_features)``, ``labels_`` ``(n_tasks, n_samples)``, ``inertia_``
     ``(n_tasks,)`` and ``n_iter_`` ``(n_tasks,)`` numpy arrays (``n_features_in_`` stays
-    ``n_features``); an ``init`` array has shape ``(n_tasks, n_clusters, n_features)``, and
-    ``predict``, ``transform`` and ``score`` take ``(n_tasks, m, n_features)`` (``score`` then
-    gives one score per task).
+    ``n_features``); an ``init`` array has shape ``(n_tasks, n_clusters, n_features)``,
+    ``sample_weight`` ``(n_tasks, n_samples)``, and ``predict``, ``predict_proba``, ``transform``
+    and ``score`` take ``(n_tasks, m, n_features)`` (``score`` then gives one score per task).
 
     Points so large that their squared distances overflow the dtype (about 1e154 in float64, 1e19
     in float32) are refused with an :class:`ktframe.InputError` naming their magnitude, and so is a
     fit or score whose objective comes out not finite: no result holds a NaN or an inf.
 
-    Before ``fit``, ``predict``, ``transform`` and ``score`` raise :class:`ktframe.NotFittedError`
-    (a ``ValueError`` and an ``AttributeError``; where scikit-learn is loaded, also its own
-    ``NotFittedError``). scikit-learn is needed only by its tools (``clone``, the estimator
-    checks): ktframe does not import it.
+    Before ``fit``, ``predict``, ``predict_proba``, ``transform`` and ``score`` raise
+    :class:`ktframe.NotFittedError` (a ``ValueError`` and an ``AttributeError``; where
+    scikit-learn is loaded, also its own ``NotFittedError``). scikit-learn is needed only by its
+    tools (``clone``, the estimator checks): ktframe does not import it.
     """
 
     def __init__(
@@ -149,21 +185,25 @@ class TransformerKMeans:
         variant: str = "lloyd",
         max_iter: int = 300,
         n_layers: int | None = None,
+        tol: float = 1e-4,
         gamma: float = math.inf,
         init: Any = "k-means++",
         random_state: Any = None,
         dtype: str | None = None,
         variant_options: dict | None = None,
+        checkpoint: str | os.PathLike | None = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.variant = variant
         self.max_iter = max_iter
         self.n_layers = n_layers
+        self.tol = tol
         self.gamma = gamma
         self.init = init
         self.random_state = random_state
         self.dtype = dtype
         self.variant_options = variant_options
+        self.checkpoint = checkpoint
 
     # scikit-learn's parameter protocol, so that clone, GridSearchCV and pipelines work.
     @classmethod
@@ -215,9 +255,31 @@ class TransformerKMeans:
             self._built = cached = (key, model)
         return cached[1]
 
-    def _initial_centers(self, X: torch.Tensor, k: int, generator: torch.Generator, batched: bool) -> torch.Tensor:
+    def _trained(self, dtype: torch.dtype) -> Trained:
+        """The checkpoint's model in ``dtype``, kept while the file and the dtype stay the same."""
+        if self.variant != "lloyd" or check_gamma(self.gamma) != math.inf or self.variant_options:
+            raise InputError(
+                "checkpoint= clusters with the checkpoint's trained model, but variant, gamma or variant_options is set, which describe a hand-built one; "
+                "expected them at their defaults with a checkpoint"
+            )
+        try:
+            stamp = os.stat(self.checkpoint).st_mtime_ns
+        except (OSError, TypeError, ValueError):
+            stamp = None  # load_trained says what is wrong with it
+        key = ("checkpoint", os.fspath(self.checkpoint) if isinstance(self.checkpoint, (str, os.PathLike)) else repr(self.checkpoint), stamp, dtype)
+        cached = vars(self).get("_built")
+        if cached is None or cached[0] != key:
+            trained = load_trained(self.checkpoint)
+            trained.model.to(dtype)
+            self._built = cached = (key, trained)
+        return cached[1]
+
+    def _initial_centers(self, X: torch.Tensor, k: int, generator: torch.Generator, batched: bool, frame: Frame | None) -> torch.Tensor:
+        """The initial centers of the tasks ``X`` (in the model's frame), an ``init`` array given in
+        the user's units taken there too."""
         B, _, d = X.shape
-        shape, text = ((B, k, d), "(n_tasks, n_clusters, n_features)") if batched else ((k, d), "(n_clusters, n_features)")
+        features = d if frame is None else frame.features
+        shape, text = ((B, k, features), "(n_tasks, n_clusters, n_features)") if batched else ((k, features), "(n_clusters, n_features)")
         if isinstance(self.init, str):
             if self.init == "k-means++":
                 return seeding.kmeans_plusplus(X, k, generator, greedy=True)
@@ -229,7 +291,8 @@ class TransformerKMeans:
         if tuple(C0.shape) != shape:
             raise InputError(f"init must have shape {text} = {shape}; got {tuple(C0.shape)}")
         check_values(C0, "init")
-        return C0.reshape(B, k, d)
+        C0 = C0.reshape(B, k, features)
+        return C0 if frame is None else frame.to_model(C0)
 
     def _check_X(self, X: Any, *, fitted: bool) -> tuple[torch.Tensor, bool]:
         """``X`` as ``(n_tasks, n, d)``, and whether it came batched. Once fitted, ``X`` takes
@@ -260,7 +323,26 @@ class TransformerKMeans:
             raise InputError(f"X holds {tensor.shape[0]} tasks, but TransformerKMeans was fitted on {self._n_tasks}; expected shape {expected}")
         return tensor, batched
 
-    def fit(self, X: Any, y: Any = None) -> TransformerKMeans:
+    def _check_weights(self, sample_weight: Any, X: torch.Tensor, batched: bool) -> torch.Tensor | None:
+        """``sample_weight`` as ``(n_tasks, n)``: non-negative finite numbers, not all 0 in a task."""
+        if sample_weight is None:
+            return None
+        B, n, _ = X.shape
+        shape, text = ((B, n), "(n_tasks, n_samples)") if batched else ((n,), "(n_samples,)")
+        weights = as_tensor(sample_weight, "sample_weight", X.dtype).to(X.device)
+        if tuple(weights.shape) != shape:
+            raise InputError(f"sample_weight must have shape {text} = {shape}, one weight per point of X; got {tuple(weights.shape)}")
+        weights = weights.reshape(B, n)
+        bad = ~torch.isfinite(weights) | (weights < 0)
+        if bool(bad.any()):
+            where = tuple(int(i) for i in bad.nonzero()[0]) if batched else int(bad.nonzero()[0, 1])
+            raise InputError(f"sample_weight must hold non-negative finite numbers; got {weights[bad][0].item()!r} at index {where}")
+        empty = weights.sum(dim=1) == 0
+        if bool(empty.any()):
+            raise InputError(f"sample_weight{f' of task {int(empty.nonzero()[0])}' if batched else ''} is 0 for every point; expected some positive weight")
+        return weights
+
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> TransformerKMeans:
         tensor, batched = self._check_X(X, fitted=False)
         k = check_positive_int(self.n_clusters, "the number of clusters k")
         if k > tensor.shape[1]:  # n_samples=..., as scikit-learn words it
@@ -268,27 +350,49 @@ class TransformerKMeans:
                 f"the number of clusters k={k} exceeds the number of points n={tensor.shape[1]} (n_samples={tensor.shape[1]} should be >= n_clusters={k}); expected k <= n"
             )
         k = check_n_clusters(k, tensor.shape[1])
+        tol = _check_tol(self.tol)
+        weights = self._check_weights(sample_weight, tensor, batched)
         steps = check_positive_int(self.max_iter if self.n_layers is None else self.n_layers, "max_iter" if self.n_layers is None else "n_layers")
+        if self.checkpoint is not None:
+            trained = self._trained(tensor.dtype)
+            k = trained.check_k(k)
+            model, frame, reembed = trained.model, Frame.fit(tensor, trained.d, trained.scaling), True
+            steps = steps if self.n_layers is not None else min(steps, trained.steps)
+        else:
+            model, frame, reembed = self._model(tensor.shape[-1], k, steps, tensor.dtype), None, False
+        spec = get_variant(model.variant)
+        if weights is not None and not spec.sample_weights:
+            takes = _variant_names("sample_weights")
+            raise InputError(
+                f"variant {spec.name!r} does not take sample weights: its center update is not a weighted mean (Variant.sample_weights); "
+                f"expected sample_weight=None, or a variant that takes them: {', '.join(takes) or '(none)'}"
+            )
+        seen = tensor if frame is None else frame.to_model(tensor)
         generator = _generator(self.random_state, tensor.device)
-        C0 = self._initial_centers(tensor, k, generator, batched)
-        model = self._model(tensor.shape[-1], k, steps, tensor.dtype)
+        C0 = self._initial_centers(seen, k, generator, batched, frame)
         with torch.no_grad():
-            result = model(tensor, C0, n_steps=steps)
+            result = model(seen, C0, n_steps=steps, reembed=reembed, tol=tol, sample_weight=weights)
             centers = result.centers
             # The labels of the returned centers (what predict(X) gives), and the objective of
             # those labels: the last layer's assignments may be those of the centers before it.
-            labels = fast.nearest(tensor, centers)
-            inertia = fast.inertia(tensor, centers, labels)
-        self._check_result("clustering", inertia, centers, batched)
+            labels = fast.nearest(seen, centers)
+            user_centers = centers if frame is None else frame.to_user(centers)
+            inertia = _inertia(tensor, user_centers, labels, weights)
+            memberships = _memberships(model, seen, centers) if spec.soft_memberships else None
+        self._check_result("clustering", inertia, user_centers, batched)
         # Set only once fit succeeds: a failed fit leaves a fitted estimator as it was.
         self._returns_tensor = isinstance(X, torch.Tensor)
         self._batched, self._n_tasks = batched, tensor.shape[0]
         self.n_features_in_ = tensor.shape[-1]
-        self._centers = centers
-        self.cluster_centers_ = self._out(centers)
+        self._centers, self._user_centers, self._frame, self._fitted_model, self._spec = centers, user_centers, frame, model, spec
+        self.cluster_centers_ = self._out(user_centers)
         self.labels_ = self._out(labels)
         self.inertia_ = inertia.cpu().numpy() if batched else float(inertia[0])
         self.n_iter_ = result.n_iter.cpu().numpy() if batched else int(result.n_iter[0])
+        if memberships is not None:
+            self.memberships_ = self._out(memberships)
+        else:
+            vars(self).pop("memberships_", None)
         return self
 
     def _check_result(self, doing: str, objective: torch.Tensor, centers: torch.Tensor, batched: bool) -> None:
@@ -307,8 +411,8 @@ class TransformerKMeans:
             f"overflow {str(centers.dtype).removeprefix('torch.')}; expected a finite result: rescale the data (e.g. standardise it){' or use a smaller gamma' if finite_gamma else ''}"
         )
 
-    def fit_predict(self, X: Any, y: Any = None) -> Any:
-        return self.fit(X).labels_
+    def fit_predict(self, X: Any, y: Any = None, sample_weight: Any = None) -> Any:
+        return self.fit(X, sample_weight=sample_weight).labels_
 
     # --- using a fitted model -------------------------------------------------------------------
 
@@ -316,6 +420,11 @@ class TransformerKMeans:
         if "_centers" not in vars(self):
             raise _not_fitted_error(f"this TransformerKMeans is not fitted yet; call fit(X) first, then {method}(X)")
         return self._centers
+
+    def _seen(self, X: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``X`` checked against the fit, as given and in the model's frame."""
+        tensor, _ = self._check_X(X, fitted=True)
+        return tensor, tensor if self._frame is None else self._frame.to_model(tensor)
 
     def _out(self, tensor: torch.Tensor) -> Any:
         """A batched ``(n_tasks, ...)`` result as the caller's kind of array, without the task
@@ -325,26 +434,72 @@ class TransformerKMeans:
 
     def transform(self, X: Any) -> Any:
         """Euclidean distances ``(n, k)`` from every point to every center."""
-        centers = self._fitted("transform")
+        self._fitted("transform")
         tensor, _ = self._check_X(X, fitted=True)
-        return self._out(reference.sqdist(tensor, centers).sqrt())
+        return self._out(reference.sqdist(tensor, self._user_centers).sqrt())
 
-    def fit_transform(self, X: Any, y: Any = None) -> Any:
+    def fit_transform(self, X: Any, y: Any = None, sample_weight: Any = None) -> Any:
         """``fit(X)``, then the distances from every point of ``X`` to every center."""
-        return self.fit(X).transform(X)
+        return self.fit(X, sample_weight=sample_weight).transform(X)
 
     def predict(self, X: Any) -> Any:
         """The nearest center of every point (the transformer's assignment head in the hard limit)."""
         centers = self._fitted("predict")
-        tensor, _ = self._check_X(X, fitted=True)
-        return self._out(fast.nearest(tensor, centers))
+        _, seen = self._seen(X)
+        return self._out(fast.nearest(seen, centers))
 
-    def score(self, X: Any, y: Any = None) -> Any:
-        """The opposite of the k-means objective of ``X`` (larger is better, as in scikit-learn);
-        one score per task when fitted on many."""
+    def predict_proba(self, X: Any) -> Any:
+        """The soft memberships ``(n, k)`` of every point, each row summing to 1: the assignment
+        that the variant's model writes for the points at the fitted centers (one step from
+        them). For variants with soft memberships (``Variant.soft_memberships``)."""
+        centers = self._fitted("predict_proba")
+        if not self._spec.soft_memberships:
+            with_them = _variant_names("soft_memberships")
+            raise InputError(
+                f"variant {self._spec.name!r} has no soft memberships (Variant.soft_memberships): its assignments are hard; "
+                f"expected predict(X) for labels, or a variant with soft memberships: {', '.join(with_them) or '(none)'}"
+            )
+        _, seen = self._seen(X)
+        with torch.no_grad():
+            return self._out(_memberships(self._fitted_model, seen, centers))
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> Any:
+        """The opposite of the k-means objective of ``X`` (larger is better, as in scikit-learn),
+        each point weighed by ``sample_weight`` if given; one score per task when fitted on many."""
         centers = self._fitted("score")
-        tensor, _ = self._check_X(X, fitted=True)
-        objective = fast.inertia(tensor, centers, fast.nearest(tensor, centers))
-        self._check_result("scoring", objective, centers, self._batched)
+        tensor, seen = self._seen(X)
+        weights = self._check_weights(sample_weight, tensor, self._batched)
+        objective = _inertia(tensor, self._user_centers, fast.nearest(seen, centers), weights)
+        self._check_result("scoring", objective, self._user_centers, self._batched)
         scores = -objective
         return scores.cpu().numpy() if self._batched else float(scores[0])
+
+
+def _check_tol(tol: Any) -> float:
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) or not (0 <= tol < math.inf):
+        raise InputError(
+            f"tol must be a non-negative finite number (scikit-learn's: 1e-4 by default, 0 for only an iteration that changes nothing); got {tol!r}"
+        )
+    return float(tol)
+
+
+def _inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """``(B,)``: Σ wᵢ‖xᵢ − c[labelᵢ]‖² (wᵢ = 1 without ``weights``)."""
+    if weights is None:
+        return fast.inertia(X, C, labels)
+    nearest = torch.gather(C, 1, labels.unsqueeze(-1).expand(-1, -1, C.shape[-1]))
+    return ((X - nearest).square().sum(dim=-1) * weights).sum(dim=1)
+
+
+def _memberships(model: torch.nn.Module, X: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
+    """``(B, n, k)``: the assignment that one step of ``model`` from ``centers`` writes for ``X``.
+    A point's assignment reads the centers, not the other points, so fewer points than centers
+    are clustered with the centers themselves beside them (a model takes at least k points)."""
+    n = X.shape[1]
+    points = X if n >= centers.shape[1] else torch.cat([X, centers], dim=1)
+    return model(points, centers, n_steps=1).assignments[:, :n]
+
+
+def _variant_names(flag: str) -> list[str]:
+    """The registered variants that declare ``flag`` (a :class:`~ktframe.plugin.Variant` field)."""
+    return [name for name in registry().names("variant") if getattr(get_variant(name), flag)]

@@ -46,7 +46,7 @@ from ktframe.fast import steps as layer_steps
 from ktframe.fast.attention import Workspace, softmax_dropout_attention
 from ktframe.kernels import cpu as kernels
 from ktframe.transformer.construction import HeadGroup
-from ktframe.transformer.model import MEMORY_BLOCK, AttentionHead, KMeansTransformer, Layer, Select, add_into
+from ktframe.transformer.model import MEMORY_BLOCK, AttentionHead, KMeansTransformer, Layer, Select, add_into, center_shift, shift_bound
 
 # Without autograd a layer updates its streams in blocks of CACHE_BLOCK logits, whose intermediates
 # stay in cache (with the fused kernels, fewer, larger blocks cost less Python per layer).
@@ -103,17 +103,19 @@ class HeadPlan(Plan):
         shares its Kᵀ V among all queries."""
         return self.route in ("fused-argmax", "blocked")
 
-    def forward(self, head: AttentionHead, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return self.attend_rows(head, queries, *self.project(head, keys))
+    def forward(self, head: AttentionHead, queries: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        return self.attend_rows(head, queries, *self.project(head, keys, weights), weights=weights)
 
-    def project(self, head: AttentionHead, keys: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    def project(self, head: AttentionHead, keys: torch.Tensor, weights: torch.Tensor | None = None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The keys' K and V projections (none for the identity mode, which reads no keys). Linear
         attention reads its keys only through ``Σ kᵢ vᵢᵀ`` and ``Σ kᵢ``: those are returned instead,
-        computed once for every block of queries."""
+        computed once for every block of queries; the keys' ``weights``, if given, scale each
+        ``kᵢ`` (a key of weight w counts as w copies of itself)."""
         if self.route == "identity":
             return None, None
         if self.route == "linear-sums":
-            return key_value_sums(head.k(keys), head.v(keys))
+            k = head.k(keys)
+            return key_value_sums(k if weights is None else k * weights.unsqueeze(-1), head.v(keys))
         return head.k(keys), head.v(keys)
 
     def attend_rows(
@@ -124,12 +126,16 @@ class HeadPlan(Plan):
         v: torch.Tensor | None,
         block: int = MEMORY_BLOCK,
         into: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The head's output for ``queries`` given projected keys, in blocks of ``block`` logits;
-        written into ``into`` (say, rows of the token stream's slot) if given, and returned."""
+        written into ``into`` (say, rows of the token stream's slot) if given, and returned.
+        Keys of ``weights`` (which :meth:`project` has taken into linear attention's sums) go
+        through the definition's map, block by block: no fused kernel weighs its keys."""
+        weighted = weights is not None and self.route != "linear-sums"
         if self.route == "identity":
             values = head.v(queries)
-        elif self.route == "fused-softmax":
+        elif self.route == "fused-softmax" and not weighted:
             values = self._fused(head, head.q(queries), k, v, into)
         elif self.route == "linear-sums":  # which may write into its slot itself
             return self._linear_sums(head, head.q(queries), k, v, queries, into)
@@ -137,12 +143,15 @@ class HeadPlan(Plan):
             q = head.q(queries)
             step = max(1, block // max(1, k.shape[0] * k.shape[1]))
             rows = [slice(i, i + step) for i in range(0, q.shape[1], step)]
-            if into is not None:
+            if weighted:
+                values = torch.cat([head.attend(q[:, r], k, v, queries[:, r], weights) for r in rows], dim=1)
+            elif into is not None:
                 for r in rows:
                     self.attend(head, q[:, r], k, v, queries[:, r], into[:, r])
                 return into
-            blocks = [self.attend(head, q[:, r], k, v, queries[:, r]) for r in rows]
-            return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
+            else:
+                blocks = [self.attend(head, q[:, r], k, v, queries[:, r]) for r in rows]
+                return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
         return values if into is None else into.copy_(values)
 
     def attend(
@@ -429,7 +438,13 @@ class LayerPlan(Plan):
         return cls(by_cluster, fixed_rows, keys_in_centers, reports, reports and keys_in_centers and layer_steps.fits(layer))
 
     def forward(
-        self, layer: Layer, points: torch.Tensor, centers: torch.Tensor, settled: torch.Tensor | None = None, known: torch.Tensor | None = None
+        self,
+        layer: Layer,
+        points: torch.Tensor,
+        centers: torch.Tensor,
+        settled: torch.Tensor | None = None,
+        known: torch.Tensor | None = None,
+        sample_weight: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The layer's step. ``settled``, a ``(B,)`` bool tensor, if given: a step that leaves a
         task's streams exactly as they were marks it True (where the layer can tell: by cluster;
@@ -441,14 +456,23 @@ class LayerPlan(Plan):
         holds, as the previous step of this layer on these very streams left it (−1: not known;
         all −1 to begin with). A step by cluster with ``fixed_rows`` reads it, to leave unread the
         rows of the points that stay where they were, and leaves the new one there; any other
-        step sets it to −1."""
+        step sets it to −1.
+
+        ``sample_weight`` ``(B, n)``, if given, weighs each point as a key of the center update,
+        which must then be normalized linear attention (its sums weigh the keys); the sums are
+        taken from the point stream, not by cluster."""
+        weighted = sample_weight is not None
+        if weighted and layer.center_cross.plan.route != "linear-sums":
+            raise ValueError(
+                f"sample weights on the fast path need a center update of normalized linear attention; this layer's is {layer.center_cross.plan.route}"
+            )
         in_place = self.in_place(layer, points, centers)
         p, c = layer.point_norm(points), layer.center_norm(centers)
         summed = in_place and layer.center_cross.plan.route == "linear-sums"
         # A hard assignment is made, and the center keys summed, by cluster where it can be.
         skip = settled if settled is not None and bool(settled.any()) else None
         usable = known if known is not None and self.fixed_rows else None
-        assigned = self.assign(layer, points, c, skip, track_moved=settled is not None, known=usable) if summed else None
+        assigned = self.assign(layer, points, c, skip, track_moved=settled is not None, known=usable) if summed and not weighted else None
         if known is not None and (assigned is None or usable is None):
             known.fill_(-1)  # the next step cannot know what this one left in the slot
         by_cluster, moved = assigned if assigned is not None else (None, None)
@@ -467,13 +491,16 @@ class LayerPlan(Plan):
 
             def add_rows(rows: slice) -> None:
                 block = layer.point_norm(points[:, rows])
-                sums.add(layer.center_cross.k(block), layer.center_cross.v(block))
+                keys = layer.center_cross.k(block)
+                sums.add(keys if not weighted else keys * sample_weight[:, rows, None], layer.center_cross.v(block))
 
             points = self.update(layer, points, p, point_heads, in_place, add_rows)
             center_keys = sums.result()
         elif center_keys is None:
             points = self.update(layer, points, p, point_heads, in_place)
             center_keys = layer.point_norm(points)
+            if weighted:
+                center_keys = layer.center_cross.plan.project(layer.center_cross, center_keys, sample_weight)
         centers = self.update(layer, centers, c, [(layer.center_self, c), (layer.center_cross, center_keys)], in_place)
         if layer.center_ffn is not None:
             centers = add_in_place(centers, layer.center_ffn.slot, layer.center_ffn(centers))
@@ -633,6 +660,12 @@ class ModelPlan(Plan):
 
     Each is true where some layer of the model allows it; a plan with either made False
     (``dataclasses.replace``) runs every step on every task, or the steps one by one.
+
+    With ``tol``, a task stops after the first step whose center shift is within its bound
+    (:func:`~ktframe.transformer.model.shift_bound`), as the definition says: step by step, its
+    centers are repeated from then on and the steps end once every task has stopped; through the
+    one kernel call, which takes each task on to the step that leaves it as it was, the steps
+    after its stop are cut off afterwards.
     """
 
     skip_settled: bool
@@ -643,36 +676,66 @@ class ModelPlan(Plan):
         plans = [layer.plan for layer in model.layers if layer.plan is not None]
         return cls(any(p.by_cluster and p.reports_settled for p in plans), any(p.all_steps for p in plans))
 
-    def forward(self, model: KMeansTransformer, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False) -> ClusteringResult:
+    def forward(
+        self,
+        model: KMeansTransformer,
+        X: torch.Tensor,
+        C0: torch.Tensor,
+        *,
+        n_steps: int | None = None,
+        reembed: bool = False,
+        tol: float | None = None,
+        sample_weight: torch.Tensor | None = None,
+    ) -> ClusteringResult:
         X, C0 = check_model_inputs(X, C0, d=model.d, k=model.k, dtype=model.dtype, any_k=model.embedding.any_k)
         steps = model.n_layers if n_steps is None else n_steps
+        weights = None if sample_weight is None else sample_weight.to(X.dtype)
+        bound = None if tol is None else shift_bound(X, tol)
         points, centers = model.embedding.points(X, model.k), model.embedding.centers(C0)
         layers = [model.layer(step) for step in range(steps)]
         one_layer = self.skip_settled and not reembed and not torch.is_grad_enabled() and steps > 0 and all(layer is layers[0] for layer in layers)
         # Every step one and the same layer: where it is Lloyd's hard-assignment step, one kernel
-        # takes each task through all of them (ktframe.fast.steps).
+        # takes each task through all of them (ktframe.fast.steps); its sums are not weighted.
         fused = None
-        if one_layer and self.one_kernel_call and layers[0].plan is not None and layers[0].plan.all_steps:
+        if one_layer and weights is None and self.one_kernel_call and layers[0].plan is not None and layers[0].plan.all_steps:
             fused = layer_steps.run(layers[0], points, centers, model.embedding.read_centers(centers, model.d), steps)
         if fused is not None:
             trajectory, n_iter = fused
+            if bound is not None:
+                points = _cut_at_tolerance(model, X, layers[0], points, trajectory, n_iter, bound)
         else:
-            points, trajectory, n_iter = self._step_by_step(model, X, C0, points, centers, layers, reembed=reembed)
+            points, trajectory, n_iter = self._step_by_step(model, X, C0, points, centers, layers, reembed=reembed, bound=bound, weights=weights)
         assignments = model.embedding.read_assignments(points, model.d, model.k)
         if assignments is None:  # tokens without an assignment slot: nearest final center
             assignments = assign(X, trajectory[:, -1])
         return ClusteringResult(centers=trajectory[:, -1], assignments=assignments, trajectory=trajectory, n_iter=n_iter)
 
     def _step_by_step(
-        self, model: KMeansTransformer, X: torch.Tensor, C0: torch.Tensor, points: torch.Tensor, centers: torch.Tensor, layers: list[Layer], *, reembed: bool
+        self,
+        model: KMeansTransformer,
+        X: torch.Tensor,
+        C0: torch.Tensor,
+        points: torch.Tensor,
+        centers: torch.Tensor,
+        layers: list[Layer],
+        *,
+        reembed: bool,
+        bound: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The layers' steps, one after another: the last point stream, the trajectory of the
-        centers (B, steps + 1, k, d) and each task's ``n_iter``."""
+        centers (B, steps + 1, k, d) and each task's ``n_iter``. A task whose step shifts its
+        centers by at most its ``bound`` stops there: its streams go on being computed with the
+        others' (and are not read again), its centers and its point stream are those it stopped
+        at."""
         steps = len(layers)
         embedding, read = model.embedding, model.embedding.read_centers
         trajectory = [C0]  # copies: without autograd the streams are updated in place
         n_iter = torch.full((X.shape[0],), steps, dtype=torch.long)
         settled = torch.zeros(X.shape[0], dtype=torch.bool)
+        stopped = torch.zeros(X.shape[0], dtype=torch.bool)
+        stopped_points: list[tuple[torch.Tensor, torch.Tensor]] = []  # (tasks, their point streams) when they stopped
+        weighted = {} if weights is None else {"sample_weight": weights}
         known = None  # made at the first step that hands it on: see LayerPlan.forward
         for step, layer in enumerate(layers):
             if reembed and step > 0:
@@ -681,16 +744,56 @@ class ModelPlan(Plan):
             if watch and all(later is layer for later in layers[step + 1 :]):
                 if known is None:
                     known = torch.full(points.shape[:2], -1, dtype=torch.long)
-                points, centers = layer.plan.forward(layer, points, centers, settled=settled, known=known)
+                points, centers = layer.plan.forward(layer, points, centers, settled=settled, known=known, **weighted)
                 n_iter[settled & (n_iter == steps)] = step + 1
-                if bool(settled.all()):  # every remaining step would leave every task as it is
-                    trajectory += [read(centers, model.d).clone()] * (steps - step)
-                    break
             else:
                 settled.fill_(False)  # what another layer leaves as it is, this one may change
-                points, centers = layer(points, centers)
-            trajectory.append(read(centers, model.d).clone())
+                points, centers = layer(points, centers, **weighted)
+            current = read(centers, model.d).clone()
+            if bound is not None:
+                current[stopped] = trajectory[-1][stopped]
+                now = ~stopped & (center_shift(trajectory[-1], current) <= bound)
+                if bool(now.any()):
+                    n_iter[now] = step + 1
+                    stopped_points.append((now.nonzero().squeeze(1), points[now].clone()))
+                    stopped |= now
+            trajectory.append(current)
+            # Every remaining step would leave every task as it is, or is not read.
+            if bool(settled.all()) or (bound is not None and bool(stopped.all())):
+                trajectory += [current] * (steps - step - 1)
+                break
+        for tasks, kept in stopped_points:
+            points[tasks] = kept
         return points, torch.stack(trajectory, dim=1), n_iter
+
+
+def _cut_at_tolerance(
+    model: KMeansTransformer, X: torch.Tensor, layer: Layer, points: torch.Tensor, trajectory: torch.Tensor, n_iter: torch.Tensor, bound: torch.Tensor
+) -> torch.Tensor:
+    """Each task of a run of ``layer`` (all its steps, each task on to the step that left it as it
+    was) as if it had stopped after its first step ``s`` whose center shift is within ``bound``:
+    ``trajectory`` repeats its centers of step s from then on and ``n_iter`` is s, in place; the
+    point stream returned holds, for a task cut short, that of step s, made again by the layer
+    from the centers before it (a step of this layer reads nothing else of its streams)."""
+    steps = trajectory.shape[1] - 1
+    within = center_shift_steps(trajectory) <= bound.unsqueeze(1)  # (B, steps)
+    stop = torch.where(within.any(dim=1), within.to(torch.int8).argmax(dim=1) + 1, steps)
+    cut = stop < n_iter
+    if not bool(cut.any()):
+        return points
+    n_iter.copy_(torch.minimum(n_iter, stop))
+    tasks, at = cut.nonzero().squeeze(1), stop[cut]
+    after = torch.arange(steps + 1) > at.unsqueeze(1)  # (T, steps + 1)
+    kept = trajectory[tasks, at].unsqueeze(1).expand(-1, steps + 1, -1, -1)
+    trajectory[tasks] = torch.where(after[..., None, None], kept, trajectory[tasks])
+    embedding = model.embedding
+    points[tasks] = layer(embedding.points(X[tasks], model.k), embedding.centers(trajectory[tasks, at - 1]))[0]
+    return points
+
+
+def center_shift_steps(trajectory: torch.Tensor) -> torch.Tensor:
+    """``(B, steps)``: the squared center shift of every step of a trajectory ``(B, steps + 1, k, d)``."""
+    return (trajectory[:, 1:] - trajectory[:, :-1]).square().flatten(2).sum(dim=-1)
 
 
 # --- choosing the fast path ------------------------------------------------------------------------

@@ -42,7 +42,15 @@ class Variant:
       ``{"gamma": math.inf, "dtype": "float64"}``. None declares none: ``ktframe verify`` then
       runs ktframe's default (gamma=1e4, float32) and the conformance suite fails the variant.
       An unknown key or a bad value is an :class:`~ktframe.core.errors.InputError` when the Variant
-      is created.
+      is created;
+    - ``soft_memberships``: the assignments its model writes are soft memberships, each point's
+      probabilities over the clusters (rows summing to 1; the responsibilities of soft k-means),
+      which ``TransformerKMeans.predict_proba`` and ``memberships_`` return;
+    - ``sample_weights``: its center update is a weighted mean of the points it reads (Lloyd's mean,
+      soft k-means' responsibility-weighted mean), so a point of weight w counts as w copies of
+      itself: ``TransformerKMeans.fit(X, sample_weight=w)`` passes the weights to the model, which
+      weighs each point as a key of the center update (``KMeansTransformer.forward(...,
+      sample_weight=)``).
 
     Build options that the reference also takes (``trim``, ``beta``, ``seed``, ...) are passed
     to it under the same name, so that both run the same algorithm.
@@ -57,6 +65,8 @@ class Variant:
     centers_are_points: bool = False
     training: Mapping[str, Any] = field(default_factory=dict)
     exact: Mapping[str, Any] | None = None
+    soft_memberships: bool = False
+    sample_weights: bool = False
 
     def __post_init__(self) -> None:
         if self.exact is not None:

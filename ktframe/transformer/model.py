@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -106,6 +107,12 @@ class AttentionHead(Planned, nn.Module):
     (``scale`` multiplies it, e.g. 1/√d_emb for learned heads). ``identity=True`` is the documented
     limit mode of a reset head whose queries are its keys: with the hand-built weights in the hard
     limit its map is exactly the identity (docs/exactness.md), so it is applied as such.
+
+    Keys may carry weights ``(B, n)``: a key of weight w counts as w copies of itself, so the map's
+    weight of each key is multiplied by the key's and the row normalised again (a query whose keys
+    all weigh 0 keeps its own value, as an empty cluster keeps its center). For the maps that
+    normalise over the keys (normalize, softmax, an arg-max sharing ties) this is the map of the
+    keys repeated; it is how sample weights enter a center update.
     """
 
     def __init__(
@@ -130,14 +137,14 @@ class AttentionHead(Planned, nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.identity = identity
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         if self.plan is not None:
-            return self.plan.forward(self, queries, keys)
+            return self.plan.forward(self, queries, keys, weights)
         if self.identity:
             return self.v(queries)
         q, k, v = self.q(queries), self.k(keys), self.v(keys)
         step = max(1, MEMORY_BLOCK // max(1, k.shape[0] * k.shape[1]))
-        blocks = [self.attend(q[:, i : i + step], k, v, queries[:, i : i + step]) for i in range(0, q.shape[1], step)]
+        blocks = [self.attend(q[:, i : i + step], k, v, queries[:, i : i + step], weights) for i in range(0, q.shape[1], step)]
         return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
 
     def logits(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -146,9 +153,14 @@ class AttentionHead(Planned, nn.Module):
         score = self.score.up_to_query_constant if self.map.shift_invariant else self.score
         return score(q, k, self.gamma)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, queries: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
         """(4) for projected queries ``q`` and keys ``k``, values ``v``; ``queries`` are the query
-        tokens, whose own value a map may keep part of (``stay``)."""
+        tokens, whose own value a map may keep part of (``stay``); ``weights`` those of the keys."""
+        if weights is not None:
+            mixture = self.map_weights(q, k) * weights.unsqueeze(1)
+            mass = mixture.sum(dim=-1, keepdim=True)
+            empty = mass == 0
+            return torch.bmm(mixture / torch.where(empty, torch.ones_like(mass), mass), v) + empty * self.v(queries)
         out = self.map(self.logits(q, k))
         if out.index is not None:  # one winner per query: its value row (the one-hot product, as a gather)
             values = torch.gather(v, 1, out.index.unsqueeze(-1).expand(-1, -1, v.shape[-1]))
@@ -228,23 +240,27 @@ class Layer(Planned, nn.Module):
         self.center_norm = center_norm or nn.Identity()
         self.center_ffn = center_ffn
 
-    def forward(self, points: torch.Tensor, centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, points: torch.Tensor, centers: torch.Tensor, sample_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step; ``sample_weight`` ``(B, n)``, if given, weighs each point as a key of the
+        center update (a point of weight w counts as w copies of itself)."""
         if self.plan is not None:
-            return self.plan.forward(self, points, centers)
+            return self.plan.forward(self, points, centers, sample_weight=sample_weight)
         # The self-attention is added first: in the constructions it erases the old value, and
         # y + (−y) is exactly 0, where (y + new) − y would round.
         p, c = self.point_norm(points), self.center_norm(centers)
         points = self.update(points, p, [(self.point_self, p), (self.point_cross, c)])  # (1)
-        centers = self.update(centers, c, [(self.center_self, c), (self.center_cross, self.point_norm(points))])  # (2)
+        keys = (self.point_norm(points),) if sample_weight is None else (self.point_norm(points), sample_weight)
+        centers = self.update(centers, c, [(self.center_self, c), (self.center_cross, *keys)])  # (2)
         if self.center_ffn is not None:
             centers = add_into(centers, self.center_ffn.slot, self.center_ffn(centers))  # (3)
         return points, centers
 
     def update(self, tokens: torch.Tensor, queries: torch.Tensor, heads: Sequence[tuple[AttentionHead, torch.Tensor]]) -> torch.Tensor:
-        """``tokens + Σ head(queries, keys)`` for ``heads`` as ``(head, keys)`` pairs, each head
-        writing its slot, every head reading the stream as it was, the outputs added in order.
-        (A layer with heads of its own, such as a second center hop, applies them through this.)"""
-        outputs = [(head.slot, head(queries, keys)) for head, keys in heads]
+        """``tokens + Σ head(queries, keys)`` for ``heads`` as ``(head, keys)`` pairs (or ``(head,
+        keys, weights)``, the keys' weights), each head writing its slot, every head reading the
+        stream as it was, the outputs added in order. (A layer with heads of its own, such as a
+        second center hop, applies them through this.)"""
+        outputs = [(head.slot, head(queries, *keys)) for head, *keys in heads]
         for slot, output in outputs:
             tokens = add_into(tokens, slot, output)
         return tokens
@@ -300,45 +316,84 @@ class KMeansTransformer(Planned, nn.Module):
     def layer(self, step: int) -> Layer:
         return self.layers[step % len(self.layers)]
 
-    def forward(self, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False) -> ClusteringResult:
+    def forward(self, X: torch.Tensor, C0: torch.Tensor, **options: Any) -> ClusteringResult:
         """Cluster each task of ``X`` (B, n, d) from its initial centers ``C0`` (B, k, d).
 
         The result's ``n_iter`` counts, for each task, the steps up to the first that left its
         token streams exactly as they were (that step included), where every later step applies
         that same layer without re-embedding: the task has then converged, as Lloyd's algorithm
         does when its assignments stop changing. Elsewhere it is the number of steps.
+
+        ``tol``, if given, stops a task after the first step whose squared center shift, summed
+        over the centers, is at most ``tol`` times the mean variance of the task's coordinates
+        (scikit-learn's rule, which a converged step meets at any ``tol >= 0``): that step is its
+        ``n_iter``, and the task stays as it was then, its later steps repeating its centers.
+        ``sample_weight`` ``(B, n)``: each point's weight as a key of the center update.
+
+        ``options`` are :meth:`iterate`'s: ``n_steps`` (default ``n_layers``), ``reembed``
+        (re-embed the tasks' points and the current centers before every step after the first),
+        ``tol`` and ``sample_weight``.
         """
         if self.normalization is None:
-            return self.iterate(X, C0, n_steps=n_steps, reembed=reembed)
+            return self.iterate(X, C0, **options)
         X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype, any_k=self.embedding.any_k)
         shift, scale = self.normalization(X)
-        result = self.iterate((X - shift) / scale, (C0 - shift) / scale, n_steps=n_steps, reembed=reembed)
+        result = self.iterate((X - shift) / scale, (C0 - shift) / scale, **options)
         trajectory = result.trajectory * scale.unsqueeze(1) + shift.unsqueeze(1)  # in the task's own units
         return dataclasses.replace(result, centers=trajectory[:, -1], trajectory=trajectory)
 
-    def iterate(self, X: torch.Tensor, C0: torch.Tensor, *, n_steps: int | None = None, reembed: bool = False) -> ClusteringResult:
+    def iterate(
+        self,
+        X: torch.Tensor,
+        C0: torch.Tensor,
+        *,
+        n_steps: int | None = None,
+        reembed: bool = False,
+        tol: float | None = None,
+        sample_weight: torch.Tensor | None = None,
+    ) -> ClusteringResult:
         """:meth:`forward` in the frame the task is given in: embed, apply the layers, read."""
         if self.plan is not None:
-            return self.plan.forward(self, X, C0, n_steps=n_steps, reembed=reembed)
+            return self.plan.forward(self, X, C0, n_steps=n_steps, reembed=reembed, tol=tol, sample_weight=sample_weight)
         X, C0 = check_model_inputs(X, C0, d=self.d, k=self.k, dtype=self.dtype, any_k=self.embedding.any_k)
         steps = self.n_layers if n_steps is None else n_steps
         points, centers = self.embedding.points(X, self.k), self.embedding.centers(C0)
         trajectory = [C0]
         n_iter = torch.full((X.shape[0],), steps, dtype=torch.long)
+        bound = None if tol is None else shift_bound(X, tol)
+        stopped = torch.zeros(X.shape[0], dtype=torch.bool)
+        weighted = {} if sample_weight is None else {"sample_weight": sample_weight.to(X.dtype)}
         for step in range(steps):
             if reembed and step > 0:
                 points, centers = self.embedding.points(X, self.k), self.embedding.centers(trajectory[-1])
             layer = self.layer(step)
-            new_points, new_centers = layer(points, centers)
+            new_points, new_centers = layer(points, centers, **weighted)
             if not reembed and all(self.layer(later) is layer for later in range(step + 1, steps)):
                 still = _unchanged(points, new_points) & _unchanged(centers, new_centers)
                 n_iter[still & (n_iter == steps)] = step + 1
+            if bound is not None:  # a stopped task keeps its streams as they were
+                kept = stopped.view(-1, 1, 1)
+                new_points, new_centers = torch.where(kept, points, new_points), torch.where(kept, centers, new_centers)
+                now = ~stopped & (center_shift(trajectory[-1], self.embedding.read_centers(new_centers, self.d)) <= bound)
+                n_iter[now] = step + 1
+                stopped |= now
             points, centers = new_points, new_centers
             trajectory.append(self.embedding.read_centers(centers, self.d))
         assignments = self.embedding.read_assignments(points, self.d, self.k)
         if assignments is None:  # tokens without an assignment slot: nearest final center
             assignments = assign(X, trajectory[-1])
         return ClusteringResult(centers=trajectory[-1], assignments=assignments, trajectory=torch.stack(trajectory, dim=1), n_iter=n_iter)
+
+
+def shift_bound(X: torch.Tensor, tol: float) -> torch.Tensor:
+    """``(B,)``: ``tol`` times the mean over coordinates of each task's variance, the bound on a
+    step's squared center shift below which a task stops (scikit-learn's ``tol``)."""
+    return tol * X.var(dim=1, correction=0).mean(dim=-1)
+
+
+def center_shift(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """``(B,)``: the squared center shift of a step, summed over the centers."""
+    return (after - before).square().flatten(1).sum(dim=1)
 
 
 def _unchanged(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:

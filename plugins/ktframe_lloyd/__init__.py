@@ -98,5 +98,6 @@ def ktframe_register_variants(register):
             reference=reference.lloyd,
             tolerance=exact_tolerance,
             exact={"gamma": math.inf, "dtype": "float64"},
+            sample_weights=True,
         ),
     )

@@ -75,6 +75,8 @@ def ktframe_register_variants(register):
             reference=soft_kmeans,
             tolerance=tolerance,
             exact={"gamma": GAMMA, "dtype": "float64"},
+            soft_memberships=True,
+            sample_weights=True,
             training={"model": {"gamma": 100.0}},
         ),
     )

@@ -91,6 +91,7 @@ def ktframe_register_variants(register):
             reference=spherical_kmeans,
             tolerance=exact_tolerance,
             exact={"gamma": math.inf, "dtype": "float64"},
+            sample_weights=True,
             training={"model": {"gamma": 30.0}},
         ),
     )
