@@ -156,7 +156,7 @@ ESTIMATOR_CASES: list[tuple[str, Callable[[], Any], list[str]]] = [
     ("layers-0", lambda: fit(n_layers=0), ["n_layers must be an integer >= 1", "got 0"]),
     ("dtype", lambda: fit(dtype="float16"), ["unsupported dtype 'float16'", "float32, float64"]),
     # init
-    ("init-name", lambda: fit(init="kmeans++"), ["init must be 'k-means++', 'random' or an array of shape (3, 2)", "got 'kmeans++'"]),
+    ("init-name", lambda: fit(init="kmeans"), ["init must be 'k-means++' (or 'kmeans++'), 'random' or an array of shape (3, 2)", "got 'kmeans'"]),
     ("init-too-few", lambda: fit(init=POINTS[:2]), ["init must have shape (n_clusters, n_features) = (3, 2)", "got (2, 2)"]),
     ("init-wrong-d", lambda: fit(init=np.zeros((3, 3))), ["init must have shape (n_clusters, n_features) = (3, 2)", "got (3, 3)"]),
     ("init-1d", lambda: fit(init=np.zeros(3)), ["init must have shape (n_clusters, n_features) = (3, 2)", "(3,)"]),

@@ -186,6 +186,7 @@ def test_params_round_trip_and_clone() -> None:
         tol=1e-3,
         gamma=50.0,
         init=C0,
+        n_init=1,
         random_state=3,
         dtype="float32",
         variant_options={"share_weights": False},
@@ -409,7 +410,7 @@ def test_many_tasks_seeded_k_means_plus_plus_reproduces() -> None:
 def test_a_fit_that_settles_early_gives_what_every_step_gives(options: dict | None) -> None:
     # Tasks settling after 8 to 53 steps: the model stops once all have, max_iter=300 steps given.
     data = np.stack([blobs(100, 2, 6, 4.0, seed=seed)[0] for seed in range(6)])
-    fitted = TransformerKMeans(6, random_state=0, init="random", max_iter=300, tol=0, variant_options=options).fit(data)
+    fitted = TransformerKMeans(6, random_state=0, init="random", n_init=1, max_iter=300, tol=0, variant_options=options).fit(data)
     model = ktframe.build_model("lloyd", d=2, k=6, n_layers=300, dtype="float64", reset="identity", **(options or {}))
     X = torch.from_numpy(data)
     C0 = ktframe.reference.random_points(X, 6, torch.Generator().manual_seed(0))  # the fit's init="random", random_state=0

@@ -17,6 +17,7 @@ import torch
 from ktframe.clustering.trained import Frame, Trained, load_trained
 from ktframe.core import reference
 from ktframe.core.errors import InputError, NotFittedError
+from ktframe.core.names import canonical
 from ktframe.core.validation import as_tensor, check_gamma, check_n_clusters, check_positive_int, check_rank, check_values
 from ktframe.fast import lloyd as fast
 from ktframe.fast import seeding
@@ -24,6 +25,8 @@ from ktframe.plugin.build import build_model, get_variant
 from ktframe.plugin.manager import registry
 
 INITS = ("k-means++", "random")
+# scikit-learn's n_init="auto": one start for k-means++ or given centers, this many for random ones.
+RANDOM_STARTS = 10
 FLOATS = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -104,11 +107,16 @@ class TransformerKMeans:
     ``max_iter``); ``tol`` (scikit-learn's: a task stops after the first iteration whose squared
     center shift, summed over the centers, is at most ``tol`` times the mean variance of its
     features; 1e-4 as in scikit-learn, 0 for only an iteration that changes nothing); ``gamma``
-    (inverse temperature, ``inf`` for the exact hard limit); ``init`` (``"k-means++"`` —
-    scikit-learn's greedy form —, ``"random"`` or an array of shape ``(n_clusters, d)``);
+    (inverse temperature, ``inf`` for the exact hard limit); ``init`` (``"k-means++"``, also
+    spelt ``"kmeans++"`` — scikit-learn's greedy form —, ``"random"`` or an array of shape
+    ``(n_clusters, d)``);
+    ``n_init`` (scikit-learn's: the starts run, the one of least ``inertia_`` kept per task; an
+    integer >= 1 or ``"auto"``, the default: 1 for ``"k-means++"`` or an array, 10 for
+    ``"random"``; an array with ``n_init`` > 1 warns and runs once, as scikit-learn does);
     ``random_state``; ``dtype`` (``None``: the input's float dtype, float32 or float64, other
     inputs becoming float64 as in scikit-learn; ``"float32"`` or ``"float64"`` forces one);
-    ``variant_options`` for the variant's own options; ``checkpoint`` (below).
+    ``variant_options`` for the variant's own options (``gamma`` is the parameter above);
+    ``checkpoint`` (below). docs/estimator.md shows each with an example.
 
     A fit stops spending time on a task once it has settled (``tol``) or an iteration leaves it as
     it was (converged), so ``max_iter=300`` costs what the iterations needed cost; every variant
@@ -127,6 +135,8 @@ class TransformerKMeans:
       objective of the returned centers;
     - ``n_iter_`` int: the iterations run; as in scikit-learn, fewer than ``max_iter`` once an
       iteration moves the centers by no more than ``tol`` allows (that one counted);
+      ``labels_``, ``cluster_centers_``, ``inertia_``, ``n_iter_`` and ``memberships_`` are
+      those of the start kept (``n_init``);
     - ``memberships_`` ``(n_samples, n_clusters)``: for a variant with soft memberships
       (``Variant.soft_memberships``, e.g. ``soft``), each point's probabilities over the clusters
       at the returned centers, what ``predict_proba(X)`` gives; absent for the others;
@@ -188,6 +198,7 @@ class TransformerKMeans:
         tol: float = 1e-4,
         gamma: float = math.inf,
         init: Any = "k-means++",
+        n_init: int | str = "auto",
         random_state: Any = None,
         dtype: str | None = None,
         variant_options: dict | None = None,
@@ -200,6 +211,7 @@ class TransformerKMeans:
         self.tol = tol
         self.gamma = gamma
         self.init = init
+        self.n_init = n_init
         self.random_state = random_state
         self.dtype = dtype
         self.variant_options = variant_options
@@ -247,7 +259,7 @@ class TransformerKMeans:
         them on a thousand small tasks. A variant's model returns the same result every time it is
         run on the same input (the ``determinism`` check of :mod:`ktframe.plugin.testing`), so
         reuse changes no result."""
-        options = dict(self.variant_options or {})
+        options = _check_variant_options(self.variant_options)
         key = (self.variant, d, k, steps, self.gamma, dtype, repr(sorted(options.items())))
         cached = vars(self).get("_built")
         if cached is None or cached[0] != key:
@@ -274,6 +286,23 @@ class TransformerKMeans:
             self._built = cached = (key, trained)
         return cached[1]
 
+    def _n_starts(self) -> int:
+        """How many starts a fit runs: ``n_init``, by scikit-learn's rule."""
+        init = canonical(self.init)
+        if isinstance(self.n_init, str) and self.n_init == "auto":
+            return RANDOM_STARTS if isinstance(init, str) and init == "random" else 1
+        if isinstance(self.n_init, bool) or not isinstance(self.n_init, (int, np.integer)) or self.n_init < 1:
+            raise InputError(f"n_init must be 'auto' or an integer >= 1 (the starts run, the best kept); got {self.n_init!r}")
+        if not isinstance(init, str) and self.n_init != 1:
+            # scikit-learn's warning, word for word: one array gives one start however often run
+            warnings.warn(
+                f"Explicit initial center position passed: performing only one init in TransformerKMeans instead of n_init={self.n_init}.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return 1
+        return int(self.n_init)
+
     def _initial_centers(self, X: torch.Tensor, k: int, generator: torch.Generator, batched: bool, frame: Frame | None) -> torch.Tensor:
         """The initial centers of the tasks ``X`` (in the model's frame), an ``init`` array given in
         the user's units taken there too."""
@@ -281,11 +310,12 @@ class TransformerKMeans:
         features = d if frame is None else frame.features
         shape, text = ((B, k, features), "(n_tasks, n_clusters, n_features)") if batched else ((k, features), "(n_clusters, n_features)")
         if isinstance(self.init, str):
-            if self.init == "k-means++":
+            init = canonical(self.init)
+            if init == "k-means++":
                 return seeding.kmeans_plusplus(X, k, generator, greedy=True)
-            if self.init == "random":
+            if init == "random":
                 return reference.random_points(X, k, generator)
-            raise InputError(f"init must be 'k-means++', 'random' or an array of shape {shape}; got {self.init!r}")
+            raise InputError(f"init must be 'k-means++' (or 'kmeans++'), 'random' or an array of shape {shape}; got {self.init!r}")
         C0 = as_tensor(self.init, "init", X.dtype).to(X.device)
         check_rank(C0, "init", (len(shape),), f"{text} = {shape}")
         if tuple(C0.shape) != shape:
@@ -351,6 +381,7 @@ class TransformerKMeans:
             )
         k = check_n_clusters(k, tensor.shape[1])
         tol = _check_tol(self.tol)
+        starts = self._n_starts()
         weights = self._check_weights(sample_weight, tensor, batched)
         steps = check_positive_int(self.max_iter if self.n_layers is None else self.n_layers, "max_iter" if self.n_layers is None else "n_layers")
         if self.checkpoint is not None:
@@ -369,15 +400,19 @@ class TransformerKMeans:
             )
         seen = tensor if frame is None else frame.to_model(tensor)
         generator = _generator(self.random_state, tensor.device)
-        C0 = self._initial_centers(seen, k, generator, batched, frame)
+        # The n_init starts are extra tasks of one batched call: start j of task b is task
+        # b·starts + j; each task then keeps its start of least inertia.
+        many, many_weights = _repeat(seen, starts), None if weights is None else _repeat(weights, starts)
+        C0 = self._initial_centers(many, k, generator, batched, frame)
         with torch.no_grad():
-            result = model(seen, C0, n_steps=steps, reembed=reembed, tol=tol, sample_weight=weights)
-            centers = result.centers
+            result = model(many, C0, n_steps=steps, reembed=reembed, tol=tol, sample_weight=many_weights)
             # The labels of the returned centers (what predict(X) gives), and the objective of
             # those labels: the last layer's assignments may be those of the centers before it.
-            labels = fast.nearest(seen, centers)
-            user_centers = centers if frame is None else frame.to_user(centers)
-            inertia = _inertia(tensor, user_centers, labels, weights)
+            labels = fast.nearest(many, result.centers)
+            user_centers = result.centers if frame is None else _to_user(frame, result.centers, starts)
+            inertia = _inertia(_repeat(tensor, starts), user_centers, labels, many_weights)
+            best = inertia.view(-1, starts).argmin(dim=1) + torch.arange(0, len(inertia), starts, device=inertia.device)
+            centers, labels, user_centers, inertia, n_iter = (t[best] for t in (result.centers, labels, user_centers, inertia, result.n_iter))
             memberships = _memberships(model, seen, centers) if spec.soft_memberships else None
         self._check_result("clustering", inertia, user_centers, batched)
         # Set only once fit succeeds: a failed fit leaves a fitted estimator as it was.
@@ -388,7 +423,7 @@ class TransformerKMeans:
         self.cluster_centers_ = self._out(user_centers)
         self.labels_ = self._out(labels)
         self.inertia_ = inertia.cpu().numpy() if batched else float(inertia[0])
-        self.n_iter_ = result.n_iter.cpu().numpy() if batched else int(result.n_iter[0])
+        self.n_iter_ = n_iter.cpu().numpy() if batched else int(n_iter[0])
         if memberships is not None:
             self.memberships_ = self._out(memberships)
         else:
@@ -481,6 +516,30 @@ def _check_tol(tol: Any) -> float:
             f"tol must be a non-negative finite number (scikit-learn's: 1e-4 by default, 0 for only an iteration that changes nothing); got {tol!r}"
         )
     return float(tol)
+
+
+def _check_variant_options(options: Any) -> dict:
+    """``variant_options`` as a dict of the variant's own options (the variant checks their names)."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise InputError(f"variant_options must be a dict of the variant's build options, e.g. {{'trim': 0.1}}; got {options!r}")
+    if "gamma" in options:
+        raise InputError("variant_options holds 'gamma', which is TransformerKMeans' own parameter; expected TransformerKMeans(gamma=...)")
+    return dict(options)
+
+
+def _repeat(tensor: torch.Tensor, starts: int) -> torch.Tensor:
+    """Each task of ``tensor`` ``(B, ...)`` ``starts`` times in a row, ``(B·starts, ...)``; the
+    tensor itself for one start."""
+    return tensor if starts == 1 else tensor.repeat_interleave(starts, dim=0)
+
+
+def _to_user(frame: Frame, centers: torch.Tensor, starts: int) -> torch.Tensor:
+    """Centers ``(B·starts, k, d)`` of the starts of ``frame``'s B tasks in the user's units: each
+    task's starts mapped back together, as ``starts·k`` centers of that task."""
+    many, k, d = centers.shape
+    return frame.to_user(centers.reshape(many // starts, starts * k, d)).reshape(many, k, -1)
 
 
 def _inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
