@@ -247,6 +247,8 @@ def test_resume_auto_continues_the_named_run(tmp_path):
     assert before["global_step"] == 20
 
     second = ok(fit(tmp_path, "name=r", "trainer.log_every=1", "resume=auto", "trainer.max_steps=40"))
+    # ktframe's own lines alone: not Lightning's warnings that the run's csv/ and checkpoints/ hold files
+    assert [line.split(":")[0] for line in second.stderr.splitlines()] == ["ktframe fit"], second.stderr
     after = summary(run_dir)
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["r"]
     # The same run goes on: its id (hence its W&B run) too, not only its folder.

@@ -102,14 +102,20 @@ def start_wandb(logger, cfg: DictConfig, run_id: str, run_dir: Path):
 
 
 def keep_csv_rows(logger, before_step: int) -> None:
-    """Lightning's CSV writer deletes an existing metrics.csv when it starts; a resumed run keeps
-    the rows its earlier part logged up to the checkpoint, and appends to them."""
-    path = Path(logger.log_dir) / "metrics.csv"
-    if not path.is_file():
-        return
-    with path.open(newline="") as file:
-        rows = [row for row in csv.DictReader(file) if row.get("step", "").isdigit() and int(row["step"]) < before_step]
-    writer = logger.experiment  # created now: it deletes the file
+    """A resumed run keeps the rows its earlier part logged up to the checkpoint, and appends to
+    them. Lightning's CSV writer, started on a folder that holds files, deletes its metrics.csv and
+    warns on the console that it will; the rows are read first and the folder's two files removed
+    before the writer starts (hparams.yaml is written again with the run's config), so that it
+    starts on an empty folder, as a new run's does."""
+    folder = Path(logger.log_dir)
+    path = folder / "metrics.csv"
+    rows = []
+    if path.is_file():
+        with path.open(newline="") as file:
+            rows = [row for row in csv.DictReader(file) if row.get("step", "").isdigit() and int(row["step"]) < before_step]
+    for name in ("metrics.csv", "hparams.yaml"):
+        (folder / name).unlink(missing_ok=True)
+    writer = logger.experiment  # created now
     writer.metrics[:0] = rows
     writer.save()
 

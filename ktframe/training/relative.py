@@ -11,6 +11,7 @@ paths of the machine it ran on: a run folder can be copied, committed or moved a
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,17 @@ def stored_config(config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 class RunCheckpoint(ModelCheckpoint):
     """``ModelCheckpoint`` (its ``dirpath`` the run folder's ``checkpoints/``) whose saved state
     names its paths relative to the run folder. A state saved with absolute paths (an older
-    checkpoint) is read as Lightning reads it."""
+    checkpoint) is read as Lightning reads it. A resumed run's ``checkpoints/`` holds its own
+    checkpoints: Lightning's warning that the folder is not empty is held back."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        # A fit into a folder holding another run is refused before the Trainer starts
+        # (folders.own_run_folder), so files here are this run's own, resumed. Lightning has no
+        # argument for this warning, only the warnings module (its "Warnings" page); the filter
+        # lasts for this call alone.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty", category=UserWarning)
+            super().setup(trainer, pl_module, stage)
 
     def _run(self) -> Path:
         return Path(self.dirpath).parent
