@@ -235,6 +235,15 @@ def test_eval_and_report_show_progress_on_a_terminal_only(fitted):
     assert code == 0 and "report: 100%" in shown and "1/1" in shown, shown
 
 
+def test_verify_and_cluster_show_progress_on_a_terminal_only(tmp_path):
+    np.savetxt(tmp_path / "points.csv", np.random.default_rng(0).random((300, 2)), delimiter=",")
+    for bar, argv in (("verify lloyd", ["verify", "--n", "500"]), ("cluster points.csv", ["cluster", "points.csv", "--k", "3"])):
+        code, shown = on_terminal(argv, tmp_path)
+        assert code == 0 and bar in shown and "100%" in shown and "2/2" in shown, shown
+        code, shown = on_terminal(["--quiet", *argv], tmp_path)
+        assert code == 0 and bar not in shown and "100%" not in shown, shown
+
+
 # --------------------------------------------------------------------------------------------------
 # Kernels: small problems never wait; a compilation is announced once
 
