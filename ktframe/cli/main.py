@@ -22,6 +22,7 @@ COMMANDS = {
     "report": ("report", "aggregate the training runs below a folder: mean, spread and 95 %% interval over runs"),
     "verify": ("verify", "check a variant's transformer against its classical algorithm, layer by layer"),
     "gamma-sweep": ("gamma_sweep", "the model at finite temperature against Lloyd over a grid of k, d, n and scale; a CSV and four heatmaps"),
+    "real-data": ("real_data", "trained checkpoints against Lloyd and k-means++ on real data sets that ship with installable packages"),
     "cluster": ("cluster", "cluster the rows of a CSV or .npy file"),
     "config": ("config", "show the resolved training config"),
     "plugins": ("plugins", "list installed plugins and what they register"),
