@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ from ktframe import KtframeError, TransformerKMeans
 from ktframe.plugin.build import get_variant
 from ktframe.plugin.manager import registry
 
+REPO = Path(__file__).resolve().parents[1]
 # Every hand-built variant, at a gamma where it computes its classical algorithm's step.
 HAND_BUILT = {"lloyd": np.inf, "lloyd-dot": np.inf, "soft": 1.0, "spherical": np.inf, "trimmed": np.inf, "robust": np.inf, "kmedoids": np.inf}
 WEIGHTED = ["lloyd", "lloyd-dot", "soft", "spherical"]  # Variant.sample_weights
@@ -454,3 +457,17 @@ def test_a_valid_option_reaches_verify(cli: dict[str, subprocess.CompletedProces
 )
 def test_a_bad_option_exits_2_with_one_line(cli: dict[str, subprocess.CompletedProcess], name: str, mentions: str) -> None:
     assert mentions in one_line_error(cli[name], CLI_RUNS[name][0])
+
+
+# --- docs/estimator.md ---------------------------------------------------------------------------
+
+
+def test_docs_examples_run_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Python block of docs/estimator.md, in order, in one namespace, from the repository root."""
+    text = (REPO / "docs" / "estimator.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    assert len(blocks) >= 8
+    monkeypatch.chdir(REPO)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, str(REPO / "docs" / "estimator.md"), "exec"), namespace)
