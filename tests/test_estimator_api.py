@@ -178,13 +178,17 @@ def test_soft_memberships_of_many_tasks_and_of_tensors() -> None:
 
 
 def test_a_variant_with_hard_assignments_has_no_memberships() -> None:
+    # as scikit-learn's available_if: no predict_proba where the variant has none, before a fit
+    # (the variant named) and after it (the variant fitted)
+    assert hasattr(TransformerKMeans(3, variant="soft"), "predict_proba") and not hasattr(TransformerKMeans(3), "predict_proba")
     X = blobs()
     estimator = TransformerKMeans(3, variant="soft", gamma=1.0, random_state=0).fit(X)
-    assert hasattr(estimator, "memberships_")
+    assert hasattr(estimator, "memberships_") and hasattr(estimator, "predict_proba")
     estimator.set_params(variant="lloyd", gamma=np.inf).fit(X)  # a refit with lloyd drops them
-    assert not hasattr(estimator, "memberships_")
+    assert not hasattr(estimator, "memberships_") and not hasattr(estimator, "predict_proba")
     with pytest.raises(KtframeError) as info:
         estimator.predict_proba(X)
+    assert isinstance(info.value, AttributeError)
     with_them = [name for name in registry().names("variant") if get_variant(name).soft_memberships]
     assert with_them == ["soft"]
     assert one_line(info).startswith("variant 'lloyd' has no soft memberships") and info.value.args[0].endswith(": soft")
@@ -283,7 +287,7 @@ def with_value(array: np.ndarray, index: int, value: float) -> np.ndarray:
         (with_value(np.ones(60), 6, np.inf), ["must hold non-negative finite numbers", "got inf at index 6"]),
         (np.ones(59), ["must have shape (n_samples,) = (60,)", "got (59,)"]),
         (np.ones((60, 1)), ["must have shape (n_samples,) = (60,)", "got (60, 1)"]),
-        (np.zeros(60), ["is 0 for every point", "expected some positive weight"]),
+        (np.zeros(60), ["is zero for every point", "expected some positive weight"]),
     ],
     ids=["negative", "nan", "inf", "short", "column", "all-zero"],
 )
@@ -311,7 +315,7 @@ def test_many_tasks_with_weights_equal_scikit_learn_task_by_task() -> None:
     for bad, mentions in [(weights[0], "(n_tasks, n_samples) = (3, 80)"), (with_value(weights, (2, 3), -1.0), "at index (2, 3)")]:
         with pytest.raises(KtframeError, match=r"^sample_weight .*" + mentions.replace("(", r"\(").replace(")", r"\)")):
             TransformerKMeans(4, init=C0).fit(data, sample_weight=bad)
-    with pytest.raises(KtframeError, match="sample_weight of task 1 is 0 for every point"):
+    with pytest.raises(KtframeError, match="sample_weight of task 1 is zero for every point"):
         TransformerKMeans(4, init=C0).fit(data, sample_weight=weights * [[1], [0], [1]])
 
 

@@ -8,6 +8,7 @@ import inspect
 import math
 import os
 import sys
+import types
 import warnings
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 
 from ktframe.clustering.trained import Frame, Trained, load_trained
 from ktframe.core import reference
-from ktframe.core.errors import InputError, NotFittedError
+from ktframe.core.errors import InputError, KtframeError, NotFittedError
 from ktframe.core.names import canonical
 from ktframe.core.validation import as_tensor, check_gamma, check_n_clusters, check_positive_int, check_rank, check_values
 from ktframe.fast import lloyd as fast
@@ -97,6 +98,29 @@ def _not_fitted_error(message: str) -> NotFittedError:
     return _sklearn_not_fitted_error(sklearn_exceptions.NotFittedError)(message)
 
 
+class NoSoftMemberships(InputError, AttributeError):
+    """``predict_proba`` of an estimator whose variant's assignments are hard: an
+    :class:`InputError`, and an ``AttributeError``, so that ``hasattr(estimator, "predict_proba")``
+    is False, as scikit-learn's ``available_if`` makes a method absent."""
+
+
+class _SoftMembershipsOnly:
+    """A method that an estimator has only where its variant has soft memberships. scikit-learn's
+    tools (its estimator checks, soft voting, ``cross_val_predict(method="predict_proba")``) ask
+    ``hasattr`` before they call ``predict_proba``; reading it elsewhere raises
+    :class:`NoSoftMemberships`."""
+
+    def __init__(self, method: Any) -> None:
+        self.method = method
+        functools.update_wrapper(self, method)
+
+    def __get__(self, estimator: TransformerKMeans | None, owner: type | None = None) -> Any:
+        if estimator is None:
+            return self.method
+        estimator._check_soft_memberships()
+        return types.MethodType(self.method, estimator)
+
+
 class TransformerKMeans:
     """k-means clustering computed by a hand-built k-means transformer, one layer per iteration.
 
@@ -154,8 +178,9 @@ class TransformerKMeans:
 
     ``predict_proba(X)`` ``(n, n_clusters)``: the soft memberships of new points, the assignment
     the variant's model writes for them at the fitted centers (for ``soft``,
-    ``softmax(−γ‖x − c‖²)`` over the centers, EM's responsibilities); a variant without soft
-    memberships says so in one line.
+    ``softmax(−γ‖x − c‖²)`` over the centers, EM's responsibilities). An estimator whose variant
+    has no soft memberships has no ``predict_proba`` (``hasattr`` is False, as scikit-learn's
+    ``available_if`` makes it); reading it says so in one line.
 
     ``checkpoint=PATH`` clusters with a trained model (a ``.ckpt`` of ``ktframe fit``, read
     weights-only) instead of a hand-built one: its layer, re-embedded between steps, for the steps
@@ -369,7 +394,7 @@ class TransformerKMeans:
             raise InputError(f"sample_weight must hold non-negative finite numbers; got {weights[bad][0].item()!r} at index {where}")
         empty = weights.sum(dim=1) == 0
         if bool(empty.any()):
-            raise InputError(f"sample_weight{f' of task {int(empty.nonzero()[0])}' if batched else ''} is 0 for every point; expected some positive weight")
+            raise InputError(f"sample_weight{f' of task {int(empty.nonzero()[0])}' if batched else ''} is zero for every point; expected some positive weight")
         return weights
 
     def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> TransformerKMeans:
@@ -483,17 +508,31 @@ class TransformerKMeans:
         _, seen = self._seen(X)
         return self._out(fast.nearest(seen, centers))
 
+    def _check_soft_memberships(self) -> None:
+        """Raise :class:`NoSoftMemberships` where the variant has none: the fitted model's, else
+        the ``variant`` named (a checkpoint's model, or a variant not registered, is known once
+        fitted)."""
+        spec = vars(self).get("_spec")
+        if spec is None and self.checkpoint is None:
+            try:
+                spec = get_variant(self.variant)
+            except KtframeError:
+                return  # fit says what is wrong with the name
+        if spec is not None and not spec.soft_memberships:
+            with_them = _variant_names("soft_memberships")
+            raise NoSoftMemberships(
+                f"variant {spec.name!r} has no soft memberships (Variant.soft_memberships): its assignments are hard; "
+                f"expected predict(X) for labels, or a variant with soft memberships: {', '.join(with_them) or '(none)'}"
+            )
+
+    @_SoftMembershipsOnly
     def predict_proba(self, X: Any) -> Any:
         """The soft memberships ``(n, k)`` of every point, each row summing to 1: the assignment
         that the variant's model writes for the points at the fitted centers (one step from
-        them). For variants with soft memberships (``Variant.soft_memberships``)."""
+        them). Only for variants with soft memberships (``Variant.soft_memberships``): for the
+        others the estimator has no ``predict_proba``, and reading it raises
+        :class:`NoSoftMemberships` (an :class:`InputError` and an ``AttributeError``)."""
         centers = self._fitted("predict_proba")
-        if not self._spec.soft_memberships:
-            with_them = _variant_names("soft_memberships")
-            raise InputError(
-                f"variant {self._spec.name!r} has no soft memberships (Variant.soft_memberships): its assignments are hard; "
-                f"expected predict(X) for labels, or a variant with soft memberships: {', '.join(with_them) or '(none)'}"
-            )
         _, seen = self._seen(X)
         with torch.no_grad():
             return self._out(_memberships(self._fitted_model, seen, centers))
