@@ -25,7 +25,6 @@ from ktframe.fast import seeding
 from ktframe.plugin.build import build_model, get_variant
 from ktframe.plugin.manager import registry
 
-INITS = ("k-means++", "random")
 # scikit-learn's n_init="auto": one start for k-means++ or given centers, this many for random ones.
 RANDOM_STARTS = 10
 FLOATS = {"float32": torch.float32, "float64": torch.float64}
