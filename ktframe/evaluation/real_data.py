@@ -22,6 +22,7 @@ first samples of a longer run are those of a shorter one, and every checkpoint o
 from __future__ import annotations
 
 import json
+import os
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +36,6 @@ from ktframe.core import reference
 from ktframe.core.errors import InputError
 from ktframe.core.io import check_writable, write_atomically
 from ktframe.evaluation.datasets import data_sets
-from ktframe.evaluation.evaluate import relative_to_output
 from ktframe.fast import lloyd as fast
 from ktframe.reporting.report import describe
 
@@ -55,6 +55,13 @@ def default_checkpoints() -> list[str]:
     if not found:
         raise InputError(f"no --checkpoint given and none of {', '.join(DEFAULT_CHECKPOINTS)} exists here; expected --checkpoint PATH (a .ckpt of ktframe fit)")
     return found
+
+
+def _relative(path: str | os.PathLike, folder: str | os.PathLike) -> str:
+    """``path`` relative to the report's ``folder``: no machine's absolute path is written (as in
+    eval.json). Not :func:`ktframe.evaluation.evaluate.relative_to_output`, whose module imports
+    Lightning: seconds of every run."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(folder).resolve())).as_posix()
 
 
 # What a derived seed is for: the samples and the starts are independent streams.
@@ -165,7 +172,7 @@ def evaluate(
                     plan.append((data, model.check_k(k), model))
                 except InputError:
                     takes = f"any k up to {model.k}" if model.any_k else f"k={model.k} only"
-                    skipped.append({"checkpoint": relative_to_output(model.path, out), "dataset": data.name, "k": k, "reason": f"its model takes {takes}"})
+                    skipped.append({"checkpoint": _relative(model.path, out), "dataset": data.name, "k": k, "reason": f"its model takes {takes}"})
     rows: list[dict[str, Any]] = []
     cache: dict[tuple, tuple[Frame, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor], int]] = {}
     for data, k, model in plan:
@@ -181,7 +188,7 @@ def evaluate(
         n, features = points[data.name].shape
         rows.append(
             {
-                "checkpoint": relative_to_output(model.path, out),
+                "checkpoint": _relative(model.path, out),
                 "dataset": data.name,
                 "n": n,
                 "features": features,
@@ -203,9 +210,7 @@ def evaluate(
         "samples": samples,
         "points": POINTS,
         "datasets": [{"name": data.name, "source": data.source, "n": len(points[data.name]), "features": points[data.name].shape[1]} for data in chosen],
-        "checkpoints": [
-            {"path": relative_to_output(m.path, out), "d": m.d, "k": m.k, "any_k": m.any_k, "steps": m.steps, "scaling": m.scaling} for m in trained
-        ],
+        "checkpoints": [{"path": _relative(m.path, out), "d": m.d, "k": m.k, "any_k": m.any_k, "steps": m.steps, "scaling": m.scaling} for m in trained],
         "rows": rows,
         "skipped": skipped,
     }
@@ -258,7 +263,7 @@ def markdown(report: dict[str, Any]) -> str:
             means = " | ".join(f"{row['log_objective'][method]['mean']:.4f}" for method in METHODS)
             versus = " | ".join(_interval(row["versus"][method]) for method in METHODS[1:])
             lines.append(f"| {row['dataset']} | {row['frame']} | {row['k']} | {means} | {versus} |")
-        moved = [row for row in rows if row["model_before_projection"]["mean"] != row["log_objective"]["model"]["mean"]]
+        moved = [row for row in rows if row["features"] < checkpoint["d"]]
         if moved:
             lines += ["", "The layer's own centers, before the padded coordinates it moved them along are dropped: " + ", ".join(
                 f"{row['dataset']} at k = {row['k']} {row['model_before_projection']['mean']:.4f}" for row in moved
