@@ -26,7 +26,7 @@ from ktframe.clustering.baselines import BASELINES
 from ktframe.core.errors import InputError
 from ktframe.core.names import canonical, closest
 from ktframe.core.tasks import FAMILIES, TaskDistribution, TaskError
-from ktframe.plugin.build import get_variant
+from ktframe.plugin.build import MODEL_OPTIONS, get_variant, model_keys
 from ktframe.plugin.variant import check_options
 
 DEFAULT_PRESET = "quick"
@@ -309,6 +309,10 @@ def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     file_values["preset"] = preset
     cfg = merge(file_values, *_variant_defaults(cli), cli)
     _check_variant(cfg)
+    # A preset's model keys describe the variant it names (learned where it names none): switching
+    # the variant on the command line keeps the preset's tasks and schedule, not its heads.
+    file_model = file_values.get("model") if isinstance(file_values.get("model"), dict) else {}
+    _check_model_keys(cfg, {"the command line": cli, **({f"preset {preset}": file_values} if "variant" in file_model else {})})
     return cfg
 
 
@@ -328,6 +332,31 @@ def _variant_defaults(cli: dict) -> list[dict]:
 def _check_variant(cfg: DictConfig) -> None:
     """The variant exists and takes the options given, before any training starts."""
     check_options(get_variant(cfg.model.variant), dict(cfg.model.options))
+
+
+def _check_model_keys(cfg: DictConfig, sources: dict[str, dict]) -> None:
+    """A model key given (on the command line or in the preset) that the chosen variant does not
+    read is refused, naming those it reads: a hand-built variant has no embedding or attention map
+    to set, and a key it would ignore must not look as if it applied."""
+    reads = model_keys(cfg.model.variant)
+    for source, values in sources.items():
+        given = values.get("model") if isinstance(values.get("model"), dict) else {}
+        unread = [name for name in MODEL_OPTIONS if name in given and name not in reads]
+        if unread:
+            keys = ", ".join(f"model.{name}" for name in unread)
+            raise InputError(
+                f"{keys} (from {source}) {'is' if len(unread) == 1 else 'are'} not read by variant {cfg.model.variant!r}, whose model reads "
+                f"{', '.join(f'model.{name}' for name in reads)}; expected to leave {'it' if len(unread) == 1 else 'them'} out (or a variant that reads {'it' if len(unread) == 1 else 'them'}, e.g. variant=learned)"
+            )
+
+
+def applicable(cfg: DictConfig) -> dict:
+    """The config as plain containers without the model keys its variant does not read: what
+    ``ktframe config show`` prints, the keys that apply."""
+    values = to_dict(cfg)
+    reads = model_keys(cfg.model.variant)
+    values["model"] = {name: value for name, value in values["model"].items() if name in reads or name not in MODEL_OPTIONS}
+    return values
 
 
 def merge(*layers: Any) -> DictConfig:
