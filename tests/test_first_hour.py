@@ -63,6 +63,7 @@ QUICK = [
     pytest.param(["gamma-sweep", "--dtype", "half"], 2, "invalid choice: 'half'", id="gamma-sweep-usage"),
     pytest.param(["config"], 2, "the following arguments are required: ACTION", id="config-usage"),
     pytest.param(["plugins", "--bogus"], 2, "unrecognized arguments: --bogus", id="plugins-usage"),
+    pytest.param(["real-data", "--bogus"], 2, "unrecognized arguments: --bogus", id="real-data-usage"),
 ]
 
 

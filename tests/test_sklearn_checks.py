@@ -14,7 +14,13 @@ from ktframe import TransformerKMeans
 
 #: Checks that cannot pass, each with its documented reason (scikit-learn reports them as
 #: expected failures). None at present: every check passes.
-EXPECTED_FAILURES: dict[str, str] = {}
+EXPECTED_FAILURES: dict[str, str] = {
+    # The check wants a fit with integer weights to equal a fit on the repeated points; the seeding
+    # draws its starts from the points as given, so the two draw different starts (scikit-learn's
+    # own KMeans lists the check as an expected failure for this reason). With one given start they
+    # are equal: tests/test_estimator_api.py.
+    "check_sample_weight_equivalence_on_dense_data": "the seeding draws differ between weighted and repeated points, as in scikit-learn's KMeans",
+}
 
 with warnings.catch_warnings():
     # implementing the protocol rather than deriving from BaseEstimator is on purpose
