@@ -13,6 +13,12 @@ from typing import BinaryIO
 from ktframe.core.errors import InputError
 
 
+def relative_path(path: str | os.PathLike, folder: str | os.PathLike) -> str:
+    """``path`` relative to ``folder``, both resolved, with forward slashes: what an output
+    records of a file instead of a machine's absolute path."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(folder).resolve())).as_posix()
+
+
 def nearest_existing(path: Path) -> Path:
     """``path`` or its nearest ancestor that exists: where a folder not made yet would be made."""
     while not path.exists():

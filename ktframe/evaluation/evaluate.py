@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from omegaconf import OmegaConf
 from ktframe.clustering import baselines
 from ktframe.core import reference
 from ktframe.core.errors import InputError
-from ktframe.core.io import check_writable, write_atomically
+from ktframe.core.io import check_writable, relative_path, write_atomically
 from ktframe.evaluation.reseed import lloyd_reseed
 from ktframe.fast import lloyd as fast
 from ktframe.learning.checkpoint_io import check_dimensions, load_weights, model_weights, read_checkpoint
@@ -348,8 +347,7 @@ def relative_to_output(path: str | Path, folder: str | Path) -> str:
     """``path`` as eval.json records it: relative to the run folder for a run's ``eval/``, else
     to ``folder``, the eval.json's own; so that no machine's absolute path is written."""
     folder = Path(folder).resolve()
-    base = folder.parent if folder.name == "eval" and (folder.parent / "config.yaml").is_file() else folder
-    return Path(os.path.relpath(Path(path).resolve(), base)).as_posix()
+    return relative_path(path, folder.parent if folder.name == "eval" and (folder.parent / "config.yaml").is_file() else folder)
 
 
 def default_out(path: str | Path) -> Path:

@@ -22,19 +22,18 @@ first samples of a longer run are those of a shorter one, and every checkpoint o
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from ktframe.clustering.trained import Frame, Trained, load_trained
 from ktframe.core import reference
 from ktframe.core.errors import InputError
-from ktframe.core.io import check_writable, write_atomically
+from ktframe.core.io import check_writable, relative_path, write_atomically
+from ktframe.core.streams import derived_generator
 from ktframe.evaluation.datasets import data_sets
 from ktframe.fast import lloyd as fast
 from ktframe.reporting.report import describe
@@ -57,20 +56,12 @@ def default_checkpoints() -> list[str]:
     return found
 
 
-def _relative(path: str | os.PathLike, folder: str | os.PathLike) -> str:
-    """``path`` relative to the report's ``folder``: no machine's absolute path is written (as in
-    eval.json). Not :func:`ktframe.evaluation.evaluate.relative_to_output`, whose module imports
-    Lightning: seconds of every run."""
-    return Path(os.path.relpath(Path(path).resolve(), Path(folder).resolve())).as_posix()
-
-
 # What a derived seed is for: the samples and the starts are independent streams.
 _SAMPLES, _STARTS = 1, 2
 
 
 def _generator(purpose: int, seed: int, name: str, *numbers: int) -> torch.Generator:
-    state = np.random.SeedSequence([purpose, seed, zlib.crc32(name.encode()), *numbers]).generate_state(1, np.uint64)[0]
-    return torch.Generator().manual_seed(int(state) >> 1)
+    return derived_generator(purpose, seed, zlib.crc32(name.encode()), *numbers)
 
 
 def sample_indices(n: int, name: str, samples: int, seed: int) -> torch.Tensor:
@@ -172,7 +163,7 @@ def evaluate(
                     plan.append((data, model.check_k(k), model))
                 except InputError:
                     takes = f"any k up to {model.k}" if model.any_k else f"k={model.k} only"
-                    skipped.append({"checkpoint": _relative(model.path, out), "dataset": data.name, "k": k, "reason": f"its model takes {takes}"})
+                    skipped.append({"checkpoint": relative_path(model.path, out), "dataset": data.name, "k": k, "reason": f"its model takes {takes}"})
     rows: list[dict[str, Any]] = []
     cache: dict[tuple, tuple[Frame, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor], int]] = {}
     for data, k, model in plan:
@@ -188,7 +179,7 @@ def evaluate(
         n, features = points[data.name].shape
         rows.append(
             {
-                "checkpoint": _relative(model.path, out),
+                "checkpoint": relative_path(model.path, out),
                 "dataset": data.name,
                 "n": n,
                 "features": features,
@@ -210,7 +201,7 @@ def evaluate(
         "samples": samples,
         "points": POINTS,
         "datasets": [{"name": data.name, "source": data.source, "n": len(points[data.name]), "features": points[data.name].shape[1]} for data in chosen],
-        "checkpoints": [{"path": _relative(m.path, out), "d": m.d, "k": m.k, "any_k": m.any_k, "steps": m.steps, "scaling": m.scaling} for m in trained],
+        "checkpoints": [{"path": relative_path(m.path, out), "d": m.d, "k": m.k, "any_k": m.any_k, "steps": m.steps, "scaling": m.scaling} for m in trained],
         "rows": rows,
         "skipped": skipped,
     }

@@ -32,6 +32,7 @@ import torch
 
 from ktframe.core.errors import InputError
 from ktframe.core.io import write_atomically
+from ktframe.core.streams import derived_generator
 from ktframe.fast import lloyd
 from ktframe.plugin.build import build_model, get_variant
 
@@ -130,8 +131,7 @@ def cell_generator(seed: int, k: int, d: int, n: int, scale: int) -> torch.Gener
     """The generator of one cell's task. Its draws depend on the seed and the cell alone: a cell
     holds the same task in every grid that has it, and a resumed sweep draws what an
     uninterrupted one would have."""
-    state = np.random.SeedSequence([seed, k, d, n, scale]).generate_state(1, np.uint64)[0]
-    return torch.Generator().manual_seed(int(state) >> 1)
+    return derived_generator(seed, k, d, n, scale)
 
 
 @dataclass(frozen=True)
