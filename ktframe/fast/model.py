@@ -776,7 +776,7 @@ def _cut_at_tolerance(
     point stream returned holds, for a task cut short, that of step s, made again by the layer
     from the centers before it (a step of this layer reads nothing else of its streams)."""
     steps = trajectory.shape[1] - 1
-    within = center_shift_steps(trajectory) <= bound.unsqueeze(1)  # (B, steps)
+    within = center_shift(trajectory[:, :-1], trajectory[:, 1:]) <= bound.unsqueeze(1)  # (B, steps)
     stop = torch.where(within.any(dim=1), within.to(torch.int8).argmax(dim=1) + 1, steps)
     cut = stop < n_iter
     if not bool(cut.any()):
@@ -789,11 +789,6 @@ def _cut_at_tolerance(
     embedding = model.embedding
     points[tasks] = layer(embedding.points(X[tasks], model.k), embedding.centers(trajectory[tasks, at - 1]))[0]
     return points
-
-
-def center_shift_steps(trajectory: torch.Tensor) -> torch.Tensor:
-    """``(B, steps)``: the squared center shift of every step of a trajectory ``(B, steps + 1, k, d)``."""
-    return (trajectory[:, 1:] - trajectory[:, :-1]).square().flatten(2).sum(dim=-1)
 
 
 # --- choosing the fast path ------------------------------------------------------------------------

@@ -392,8 +392,9 @@ def shift_bound(X: torch.Tensor, tol: float) -> torch.Tensor:
 
 
 def center_shift(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
-    """``(B,)``: the squared center shift of a step, summed over the centers."""
-    return (after - before).square().flatten(1).sum(dim=1)
+    """The squared center shift of a step, summed over the centers: ``(B,)`` for centers ``(B, k,
+    d)``, ``(B, steps)`` for the steps of trajectories ``(B, steps, k, d)``."""
+    return (after - before).square().sum(dim=(-2, -1))
 
 
 def _unchanged(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
