@@ -161,10 +161,10 @@ class HeadPlan(Plan):
         where it decides every query (each then takes its winner's value row); written into
         ``into`` if given."""
         found = self.winners(head, q, k)
-        if found is None or found.undecided or not kernels.usable(v):  # the definition's map decides
+        if found is None or found.undecided or not kernels.eligible(v):  # the definition's map decides
             values = head.attend(q, k, v, queries)
         else:
-            usable = into is not None and into.stride(-1) == 1 and kernels.usable(into)
+            usable = into is not None and into.stride(-1) == 1 and kernels.eligible(into)
             values = into if usable else v.new_empty(*found.index.shape, v.shape[-1])
             kernels.gather_rows(v, found.index, values)
         return values if into is None or values is into else into.copy_(values)
@@ -225,7 +225,7 @@ class HeadPlan(Plan):
         # which costs O(n) per query instead of building the (m, n) weight matrix.
         if isinstance(kv, ClusterSums):
             own = head.v(queries)
-            if kernels.usable(q, own, kv.keys, kv.sums, kv.sizes) and (into is None or kernels.usable(into)):
+            if kernels.eligible(q, own, kv.keys, kv.sums, kv.sizes) and (into is None or kernels.eligible(into)):
                 out = into if into is not None else q.new_empty(*q.shape[:2], kv.sums.shape[-1])
                 kernels.cluster_attention(q, kv.keys, kv.sums, kv.sizes, own, out, kv.skip)
                 return out

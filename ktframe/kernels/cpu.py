@@ -48,18 +48,25 @@ OFF_ENV = "KTFRAME_NO_KERNELS"
 _KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
-def usable(*tensors: torch.Tensor) -> bool:
-    """Whether the kernels apply to these tensors: CPU, float32/float64, no autograd, not turned
-    off, and together at least :data:`ktframe.kernels.jit.MIN_NUMBERS` numbers."""
+def eligible(*tensors: torch.Tensor) -> bool:
+    """Whether the kernels take these tensors, whatever their size: CPU, float32/float64, no
+    autograd, not turned off. The rest of a step whose first kernel has run (:func:`usable`) goes
+    to the kernels on this test alone: a PyTorch operation between two kernel launches that is
+    large enough for PyTorch's OpenMP threads (a small matrix product is) leaves them spinning on
+    the cores that the next launch's threads need, for longer than the launch itself."""
     if switches.on(OFF_ENV):
         return False
     grad = torch.is_grad_enabled()
-    numbers = 0
     for t in tensors:  # a loop, not all(...) over a generator: this runs several times per layer
         if t.device.type != "cpu" or t.dtype not in _KERNEL_DTYPES or (grad and t.requires_grad):
             return False
-        numbers += t.numel()
-    return numbers >= jit.MIN_NUMBERS
+    return True
+
+
+def usable(*tensors: torch.Tensor) -> bool:
+    """Whether a step begins on the kernels: :func:`eligible` tensors of together at least
+    :data:`ktframe.kernels.jit.MIN_NUMBERS` numbers."""
+    return eligible(*tensors) and sum(t.numel() for t in tensors) >= jit.MIN_NUMBERS
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
