@@ -32,9 +32,17 @@ def _exact_split(points: torch.Tensor, C: torch.Tensor, task: torch.Tensor) -> t
     return torch.cat(rows).to(points.dtype)
 
 
+def _on_kernels(X: torch.Tensor, C: torch.Tensor) -> bool:
+    """Whether the kernels take the points ``X`` (B, n, d) against the centers ``C`` (B, k, d):
+    a problem counted as the model counts it, by the numbers of its point stream (B, n, d + k),
+    so that the labels and the objective of a fit are found where its steps ran."""
+    B, n, d = X.shape
+    return kernels.usable(X, C, numbers=B * n * (d + C.shape[1]))
+
+
 def nearest(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """``(B, n)``: the nearest center of every point, the lowest index among ties."""
-    if kernels.usable(X, C):
+    if _on_kernels(X, C):
         winners = kernels.argmax_dot(X, C, 2.0, -1.0)
         labels = winners.index
         if winners.undecided:
@@ -48,7 +56,7 @@ def nearest(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
 def inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """``(B,)``: Σ‖x − c[label]‖² in one O(n·d) pass over the points and their labels' centers,
     block by block (no second copy of the data); through the kernel, summed in float64."""
-    if kernels.usable(X, C):
+    if _on_kernels(X, C):
         return kernels.inertia(X, C, labels).to(X.dtype)
     B, n, d = X.shape
     step = max(1, BLOCK_ELEMENTS // (B * d))

@@ -63,10 +63,11 @@ def eligible(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def usable(*tensors: torch.Tensor) -> bool:
+def usable(*tensors: torch.Tensor, numbers: int | None = None) -> bool:
     """Whether a step begins on the kernels: :func:`eligible` tensors of together at least
-    :data:`ktframe.kernels.jit.MIN_NUMBERS` numbers."""
-    return eligible(*tensors) and sum(t.numel() for t in tensors) >= jit.MIN_NUMBERS
+    :data:`ktframe.kernels.jit.MIN_NUMBERS` numbers, or of a problem of that many ``numbers``
+    where the caller counts it otherwise."""
+    return eligible(*tensors) and (sum(t.numel() for t in tensors) if numbers is None else numbers) >= jit.MIN_NUMBERS
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
