@@ -435,8 +435,10 @@ class TransformerKMeans:
             labels = fast.nearest(many, result.centers)
             user_centers = result.centers if frame is None else _to_user(frame, result.centers, starts)
             inertia = _inertia(_repeat(tensor, starts), user_centers, labels, many_weights)
-            best = inertia.view(-1, starts).argmin(dim=1) + torch.arange(0, len(inertia), starts, device=inertia.device)
-            centers, labels, user_centers, inertia, n_iter = (t[best] for t in (result.centers, labels, user_centers, inertia, result.n_iter))
+            centers, n_iter = result.centers, result.n_iter
+            if starts > 1:
+                best = inertia.view(-1, starts).argmin(dim=1) + torch.arange(0, len(inertia), starts, device=inertia.device)
+                centers, labels, user_centers, inertia, n_iter = (t[best] for t in (centers, labels, user_centers, inertia, n_iter))
             memberships = _memberships(model, seen, centers) if spec.soft_memberships else None
         self._check_result("clustering", inertia, user_centers, batched)
         # Set only once fit succeeds: a failed fit leaves a fitted estimator as it was.

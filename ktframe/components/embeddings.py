@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ktframe.core import host
 from ktframe.hooks.hookspecs import Register, hookimpl
 
 
@@ -51,10 +52,7 @@ class Embedding:
 def data_tokens(X: torch.Tensor, width: int) -> torch.Tensor:
     """Tokens ``(B, n, width)`` that hold ``X`` (B, n, d) in their first d coordinates and zeros
     after: new memory, which the model may update in place."""
-    B, n, d = X.shape
-    tokens = X.new_zeros(B, n, width)
-    tokens[..., :d] = X
-    return tokens
+    return host.padded(X, width)
 
 
 def index_tokens(B: int, k: int, like: torch.Tensor) -> torch.Tensor:

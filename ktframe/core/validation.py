@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ktframe.core import host
 from ktframe.core.errors import InputError
 
 
@@ -41,8 +42,8 @@ def peak_magnitude(tensor: torch.Tensor) -> float:
     for an empty one); NaN where an entry is NaN (min and max propagate it), inf where one is inf."""
     if not tensor.numel():
         return 0.0
-    low, high = torch.aminmax(tensor)
-    return torch.maximum(-low, high).item()
+    low, high = host.extremes(tensor)
+    return max(-low, high) if not (math.isnan(low) or math.isnan(high)) else math.nan
 
 
 def check_magnitude(peak: float, d: int, dtype: torch.dtype, name: str) -> None:

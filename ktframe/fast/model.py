@@ -39,6 +39,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import nn
 
+from ktframe.core import host
 from ktframe.core.reference import assign
 from ktframe.core.result import ClusteringResult
 from ktframe.core.validation import check_model_inputs
@@ -743,7 +744,7 @@ class ModelPlan(Plan):
             watch = self.skip_settled and not reembed and not torch.is_grad_enabled() and layer.plan is not None and layer.plan.reports_settled
             if watch and all(later is layer for later in layers[step + 1 :]):
                 if known is None:
-                    known = torch.full(points.shape[:2], -1, dtype=torch.long)
+                    known = host.filled(tuple(points.shape[:2]), -1)
                 points, centers = layer.plan.forward(layer, points, centers, settled=settled, known=known, **weighted)
                 n_iter[settled & (n_iter == steps)] = step + 1
             else:

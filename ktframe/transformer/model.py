@@ -34,6 +34,7 @@ from torch import nn
 from ktframe.components.embeddings import Embedding
 from ktframe.components.maps import AttentionMap
 from ktframe.components.scores import Score
+from ktframe.core import host
 from ktframe.core.reference import assign
 from ktframe.core.result import ClusteringResult
 from ktframe.core.validation import check_model_inputs
@@ -388,7 +389,7 @@ class KMeansTransformer(Planned, nn.Module):
 def shift_bound(X: torch.Tensor, tol: float) -> torch.Tensor:
     """``(B,)``: ``tol`` times the mean over coordinates of each task's variance, the bound on a
     step's squared center shift below which a task stops (scikit-learn's ``tol``)."""
-    return tol * X.var(dim=1, correction=0).mean(dim=-1)
+    return tol * host.mean_square_deviation(X)
 
 
 def center_shift(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
