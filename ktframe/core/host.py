@@ -56,3 +56,10 @@ def mean_square_deviation(X: torch.Tensor) -> torch.Tensor:
         return (X - X.mean(dim=1, keepdim=True)).square().mean(dim=(1, 2))
     array = X.detach().numpy()
     return torch.from_numpy(np.square(array - array.mean(axis=1, keepdims=True)).mean(axis=(1, 2)))
+
+
+def squared_shift(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """``Σ (after − before)²`` over the last two axes (a step's centers (k, d))."""
+    if not by_numpy(before, after):
+        return (after - before).square().sum(dim=(-2, -1))
+    return torch.from_numpy(np.square(after.detach().numpy() - before.detach().numpy()).sum(axis=(-2, -1)))

@@ -395,7 +395,7 @@ def shift_bound(X: torch.Tensor, tol: float) -> torch.Tensor:
 def center_shift(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
     """The squared center shift of a step, summed over the centers: ``(B,)`` for centers ``(B, k,
     d)``, ``(B, steps)`` for the steps of trajectories ``(B, steps, k, d)``."""
-    return (after - before).square().sum(dim=(-2, -1))
+    return host.squared_shift(before, after)
 
 
 def _unchanged(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
