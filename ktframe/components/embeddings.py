@@ -73,7 +73,7 @@ class OneHot(Embedding):
 
     def centers(self, C):
         B, k, _ = C.shape
-        return torch.cat([C, index_tokens(B, k, C)], dim=-1)
+        return host.concatenated(C, index_tokens(B, k, C))
 
     def assignment_slot(self, d, k):
         return slice(d, d + k)

@@ -35,6 +35,13 @@ def padded(X: torch.Tensor, width: int) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
+def concatenated(*tensors: torch.Tensor) -> torch.Tensor:
+    """The tensors side by side along their last axis (``torch.cat(tensors, dim=-1)``), new memory."""
+    if not by_numpy(*tensors) or len({t.dtype for t in tensors}) > 1:
+        return torch.cat(tensors, dim=-1)
+    return torch.from_numpy(np.concatenate([t.detach().numpy() for t in tensors], axis=-1))
+
+
 def filled(shape: tuple[int, ...], value: int) -> torch.Tensor:
     """An int64 CPU tensor of ``shape`` holding ``value`` everywhere."""
     return torch.from_numpy(np.full(shape, value, dtype=np.int64))
