@@ -42,6 +42,13 @@ def concatenated(*tensors: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(np.concatenate([t.detach().numpy() for t in tensors], axis=-1))
 
 
+def stacked(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
+    """``torch.stack(tensors, dim)``, new memory."""
+    if not by_numpy(*tensors) or len({t.dtype for t in tensors}) > 1:
+        return torch.stack(tensors, dim=dim)
+    return torch.from_numpy(np.stack([t.detach().numpy() for t in tensors], axis=dim))
+
+
 def filled(shape: tuple[int, ...], value: int) -> torch.Tensor:
     """An int64 CPU tensor of ``shape`` holding ``value`` everywhere."""
     return torch.from_numpy(np.full(shape, value, dtype=np.int64))

@@ -765,7 +765,7 @@ class ModelPlan(Plan):
                 break
         for tasks, kept in stopped_points:
             points[tasks] = kept
-        return points, torch.stack(trajectory, dim=1), n_iter
+        return points, host.stacked(trajectory, dim=1), n_iter
 
 
 def _cut_at_tolerance(

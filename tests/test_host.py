@@ -1,0 +1,89 @@
+"""Whole-array work on the CPU by NumPy (ktframe.core.host): the same numbers as PyTorch's
+operations, PyTorch's own where NumPy cannot (autograd, other dtypes), and a fit on the kernels
+that makes no PyTorch operation large enough for PyTorch's OpenMP threads, which would then spin
+on the cores the kernels need (docs/performance.md, Threading)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import ktframe
+from ktframe.core import host, reference
+from ktframe.core.tasks import mixture
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_each_function_gives_pytorchs_numbers(dtype):
+    generator = torch.Generator().manual_seed(0)
+    X = torch.randn(3, 50, 4, generator=generator, dtype=dtype) * 5 + 2
+    tokens = host.padded(X, 9)
+    assert tokens.dtype == dtype and tokens.shape == (3, 50, 9)
+    assert torch.equal(tokens[..., :4], X) and not tokens[..., 4:].any()
+    eye = torch.eye(5, dtype=dtype).expand(3, 5, 5)
+    C = X[:, :5]
+    assert torch.equal(host.concatenated(C, eye), torch.cat([C, eye], dim=-1))
+    assert torch.equal(host.stacked([C, 2 * C, 3 * C], dim=1), torch.stack([C, 2 * C, 3 * C], dim=1))
+    assert torch.equal(host.filled((2, 3), -1), torch.full((2, 3), -1, dtype=torch.long))
+    assert host.extremes(X) == (X.min().item(), X.max().item())
+    expected = (X.double() - X.double().mean(dim=1, keepdim=True)).square().mean(dim=(1, 2))
+    torch.testing.assert_close(host.mean_square_deviation(X).double(), expected, rtol=1e-6, atol=0)
+    before, after = torch.randn(3, 6, 5, 4, dtype=dtype), torch.randn(3, 6, 5, 4, dtype=dtype)
+    torch.testing.assert_close(host.squared_shift(before, after), (after - before).square().sum(dim=(-2, -1)))
+
+
+def test_extremes_propagate_nan_and_inf():
+    X = torch.zeros(10)
+    X[3] = math.inf
+    assert host.extremes(X)[1] == math.inf
+    X[5] = math.nan
+    assert all(math.isnan(v) for v in host.extremes(X))
+
+
+def test_pytorch_does_the_work_under_autograd_and_for_other_dtypes():
+    X = torch.randn(2, 10, 3, requires_grad=True)
+    host.padded(X, 5).sum().backward()
+    assert torch.equal(X.grad, torch.ones_like(X))
+    half = torch.randn(2, 10, 3).to(torch.bfloat16)
+    assert host.padded(half, 4).dtype == torch.bfloat16
+    assert host.concatenated(half, half).shape == (2, 10, 6)
+    assert host.by_numpy(torch.zeros(3)) and not host.by_numpy(half)
+
+
+# Past this many numbers a PyTorch CPU operation runs on PyTorch's OpenMP threads (its grain size).
+GRAIN = 32768
+_NOT_WORK = ("detach", "alias", "lift_fresh", "empty", "new_empty", "_to_copy")  # no pass over the numbers in these
+
+
+class LargeOperations(TorchDispatchMode):
+    """Records the PyTorch operations, other than views, that read or write GRAIN numbers or more."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in (*args, *(kwargs or {}).values(), out) if isinstance(t, torch.Tensor)]
+        name = func.__name__
+        if not func.is_view and not name.startswith(_NOT_WORK) and tensors and max(t.numel() for t in tensors) >= GRAIN:
+            self.seen.append(f"{name} {[t.numel() for t in tensors]}")
+        return out
+
+
+@pytest.mark.parametrize("batch, n, d, k", [(1, 50_000, 2, 16), (1, 20_000, 32, 100), (1024, 100, 2, 8)])
+def test_a_fit_on_the_kernels_leaves_pytorchs_threads_idle(batch, n, d, k):
+    generator = torch.Generator().manual_seed(0)
+    X, _ = mixture(batch, n, d, k, generator=generator)
+    C0 = reference.kmeans_plusplus(X, k, generator)
+    data, start = (X.numpy(), C0.numpy()) if batch > 1 else (X[0].numpy(), C0[0].numpy())
+    estimator = ktframe.TransformerKMeans(k, n_layers=10, init=start)
+    estimator.fit(data)  # compiles (or loads) the kernels outside the record
+    with LargeOperations() as record:
+        estimator.fit(data)
+    assert record.seen == [], record.seen
+    assert np.isfinite(estimator.inertia_).all()
