@@ -36,6 +36,14 @@ def test_each_function_gives_pytorchs_numbers(dtype):
     torch.testing.assert_close(host.squared_shift(before, after), (after - before).square().sum(dim=(-2, -1)))
 
 
+def test_a_large_stream_made_by_pytorch_holds_the_same_numbers():
+    X = torch.rand(1, host.LARGE // 8 + 1, 4)
+    tokens = host.padded(X, 8)  # 2^24 numbers and more: PyTorch's own allocation and fill, the same numbers
+    assert torch.equal(tokens[..., :4], X) and not tokens[..., 4:].any()
+    small = host.padded(X[:, :8], 8)
+    assert tokens.is_contiguous() and small.is_contiguous()
+
+
 def test_extremes_propagate_nan_and_inf():
     X = torch.zeros(10)
     X[3] = math.inf

@@ -23,10 +23,17 @@ def by_numpy(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES and not (grad and t.requires_grad) for t in tensors)
 
 
+# From this many numbers on, a new array is PyTorch's: memory from NumPy's calloc costs, on first
+# touch in a fresh process, several times PyTorch's (docs/performance.md, benchmark (1)), which a
+# single call that makes one large array (``ktframe cluster``) would pay, against the few
+# milliseconds that PyTorch's threads spin after it.
+LARGE = 1 << 24
+
+
 def padded(X: torch.Tensor, width: int) -> torch.Tensor:
     """``(B, n, width)``: ``X`` (B, n, d) in the first d coordinates and zeros after, new memory."""
     B, n, d = X.shape
-    if not by_numpy(X):
+    if not by_numpy(X) or B * n * width >= LARGE:
         tokens = X.new_zeros(B, n, width)
         tokens[..., :d] = X
         return tokens
