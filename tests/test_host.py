@@ -60,6 +60,7 @@ def test_pytorch_does_the_work_under_autograd_and_for_other_dtypes():
     assert host.padded(half, 4).dtype == torch.bfloat16
     assert host.concatenated(half, half).shape == (2, 10, 6)
     assert host.by_numpy(torch.zeros(3)) and not host.by_numpy(half)
+    assert not host.by_numpy(torch.zeros(3), numbers=host.LARGE)
 
 
 # Past this many numbers a PyTorch CPU operation runs on PyTorch's OpenMP threads (its grain size).

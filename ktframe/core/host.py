@@ -1,14 +1,18 @@
 """Whole-array work on the CPU done by NumPy, on the calling thread, instead of PyTorch.
 
 A PyTorch CPU operation on more than about 32 000 numbers runs on PyTorch's OpenMP threads, which
-then spin for several milliseconds waiting for more work. The kernels that a step launches next
-(numba's workqueue threads, :mod:`ktframe.kernels.cpu`) need those same cores: a fit whose inputs
-were just checked and embedded by PyTorch runs its first kernels at half speed. The few whole-array
-operations made once per call before the kernels (a range check, the zero-padded token stream, a
-fill) are made here instead, where NumPy can make them; elsewhere they are PyTorch's.
+then spin for several milliseconds waiting for more work. The kernels launched next (numba's
+workqueue threads, :mod:`ktframe.kernels.cpu`) need those same cores, and ran at half speed or
+less in that window. The few whole-array operations a fit makes between its kernel launches (the
+range check of its input, the zero-padded point stream and the one-hot center stream, a fill, the
+``tol`` bound, the center shifts, the trajectory) are made here, by NumPy where it can: CPU
+tensors of a dtype it shares, without a gradient to record; elsewhere by PyTorch
+(docs/performance.md, Threading).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -16,28 +20,30 @@ import torch
 _NUMPY_DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool)
 
 
-def by_numpy(*tensors: torch.Tensor) -> bool:
-    """Whether NumPy can do the work on these tensors: on the CPU, of a dtype NumPy shares, and
-    with no gradient to record."""
-    grad = torch.is_grad_enabled()
-    return all(t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES and not (grad and t.requires_grad) for t in tensors)
-
-
-# From this many numbers on, a new array is PyTorch's: memory from NumPy's calloc costs, on first
-# touch in a fresh process, several times PyTorch's (docs/performance.md, benchmark (1)), which a
-# single call that makes one large array (``ktframe cluster``) would pay, against the few
-# milliseconds that PyTorch's threads spin after it.
+# From this many numbers on, the work is PyTorch's: beside a pass over that many numbers the few
+# milliseconds its threads spin after it cost little, where NumPy's single thread, or memory from
+# its calloc (several times PyTorch's on first touch in a fresh process: docs/performance.md,
+# benchmark (1)), would cost more.
 LARGE = 1 << 24
+
+
+def by_numpy(*tensors: torch.Tensor, numbers: int = 0) -> bool:
+    """Whether NumPy does the work on these tensors: on the CPU, of a dtype NumPy shares, with no
+    gradient to record, and fewer than :data:`LARGE` numbers among them and the ``numbers`` of
+    the array made."""
+    grad = torch.is_grad_enabled()
+    fits = sum(t.numel() for t in tensors) + numbers < LARGE
+    return fits and all(t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES and not (grad and t.requires_grad) for t in tensors)
 
 
 def padded(X: torch.Tensor, width: int) -> torch.Tensor:
     """``(B, n, width)``: ``X`` (B, n, d) in the first d coordinates and zeros after, new memory."""
     B, n, d = X.shape
-    if not by_numpy(X) or B * n * width >= LARGE:
+    if not by_numpy(X, numbers=B * n * width):
         tokens = X.new_zeros(B, n, width)
         tokens[..., :d] = X
         return tokens
-    array = np.zeros((B, n, width), dtype=X.detach().numpy().dtype)  # zero pages from the system, not a fill
+    array = np.zeros((B, n, width), dtype=X.detach().numpy().dtype)
     array[..., :d] = X.detach().numpy()
     return torch.from_numpy(array)
 
@@ -58,6 +64,8 @@ def stacked(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
 
 def filled(shape: tuple[int, ...], value: int) -> torch.Tensor:
     """An int64 CPU tensor of ``shape`` holding ``value`` everywhere."""
+    if not by_numpy(numbers=math.prod(shape)):
+        return torch.full(shape, value, dtype=torch.long)
     return torch.from_numpy(np.full(shape, value, dtype=np.int64))
 
 
@@ -79,8 +87,10 @@ def mean_square_deviation(X: torch.Tensor) -> torch.Tensor:
     B, n, d = array.shape
     # einsum's loops, not BLAS (NumPy's own threads) and not a reduction over the middle axis,
     # which NumPy takes a few numbers at a time where d is small.
-    deviations = (array - np.einsum("bnd->bd", array)[:, None, :] / n).reshape(B, n * d)
-    return torch.from_numpy(np.einsum("bi,bi->b", deviations, deviations) / (n * d))
+    # Sums in float64, as PyTorch's cascaded sums stay accurate over millions of numbers.
+    mean = np.einsum("bnd->bd", array, dtype=np.float64) / n
+    deviations = (array - mean[:, None, :].astype(array.dtype)).reshape(B, n * d)
+    return torch.from_numpy((np.einsum("bi,bi->b", deviations, deviations, dtype=np.float64) / (n * d)).astype(array.dtype))
 
 
 def squared_shift(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
