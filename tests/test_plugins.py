@@ -180,6 +180,9 @@ def test_third_party_plugin_is_listed_with_its_distribution(cli):
     assert variants["lloyd"]["exact"] == {"gamma": "inf", "dtype": "float64"}
     assert variants["soft"]["exact"] == {"gamma": 100.0, "dtype": "float64"}
     assert variants["good-lloyd"]["exact"] is None
+    # What the estimator offers with each: soft memberships (predict_proba) and sample weights.
+    assert variants["soft"]["soft_memberships"] and not variants["lloyd"]["soft_memberships"]
+    assert variants["lloyd"]["sample_weights"] and not variants["good-lloyd"]["sample_weights"]
 
 
 def test_third_party_variant_passes_verify(cli):

@@ -32,6 +32,9 @@ def describe() -> dict:
                 "options": registry.get("variant", name).options(),
                 # The setting `ktframe verify --variant NAME` runs by default (None: declares none).
                 "exact": None if registry.get("variant", name).exact is None else setting_json(registry.get("variant", name).exact),
+                # What TransformerKMeans offers with it: predict_proba and memberships_, sample_weight.
+                "soft_memberships": registry.get("variant", name).soft_memberships,
+                "sample_weights": registry.get("variant", name).sample_weights,
             }
             for name in registry.names("variant")
         ],
