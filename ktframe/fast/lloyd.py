@@ -34,10 +34,11 @@ def _exact_split(points: torch.Tensor, C: torch.Tensor, task: torch.Tensor) -> t
 
 def _on_kernels(X: torch.Tensor, C: torch.Tensor) -> bool:
     """Whether the kernels take the points ``X`` (B, n, d) against the centers ``C`` (B, k, d):
-    a problem counted as the model counts it, by the numbers of its point stream (B, n, d + k),
-    so that the labels and the objective of a fit are found where its steps ran."""
+    a problem counted as the model counts it, by the numbers of its point and center streams
+    (B, n + k, d + k), so that the labels and the objective of a fit are found where its steps ran."""
     B, n, d = X.shape
-    return kernels.usable(X, C, numbers=B * n * (d + C.shape[1]))
+    k = C.shape[1]
+    return kernels.usable(X, C, numbers=B * (n + k) * (d + k))
 
 
 def nearest(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
