@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import ktframe
 import ktframe.fast.model
 from ktframe.components.maps import Hardmax, count_and_index
-from ktframe.core import reference
+from ktframe.core import host, reference
 from ktframe.core.tasks import mixture
 from ktframe.fast.model import CACHE_BLOCK, key_value_sums
 from ktframe.kernels import cpu as kernels
@@ -390,6 +390,18 @@ def test_inertia_is_the_objective_of_the_labels_summed_in_float64(dtype, B, m):
     tokens = torch.zeros(B, m, 12, dtype=dtype)
     tokens[..., 2:10] = X
     torch.testing.assert_close(kernels.inertia(tokens[..., 2:10], C, labels), want, rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(("B", "m", "d"), [(1, 8197, 8), (256, 100, 2), (5, 1, 3)])
+def test_mean_square_deviation_is_the_hosts_in_another_order_of_sums(dtype, B, m, d):
+    # One task of 8 197 points spreads over both threads. The float64 sums differ from the
+    # host's in the last bits at most, which rounding to float32 hides for these tasks.
+    X = torch.randn(B, m, d, generator=torch.Generator().manual_seed(m), dtype=dtype) * 3 + 5
+    got, want = kernels.mean_square_deviation(X), host.mean_square_deviation(X)
+    assert got.dtype == dtype and got.shape == (B,)
+    torch.testing.assert_close(got, want, rtol=0 if dtype == torch.float32 else 1e-14, atol=0)
+    torch.testing.assert_close(kernels.mean_square_deviation(X.transpose(1, 2).contiguous().transpose(1, 2)), got, rtol=0, atol=0)
 
 
 def test_gather_rows_refuses_an_out_with_strided_coordinates():

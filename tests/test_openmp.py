@@ -1,6 +1,7 @@
-"""One OpenMP runtime in a process: PyTorch's. ktframe's numba kernels run in numba's own pool
-(the workqueue layer) unless the user chose a layer, read here off /proc/self/maps in fresh
-processes that fit the estimator and take a training step."""
+"""One OpenMP runtime in a process: PyTorch's. ktframe's numba kernels run in numba's tbb layer
+(numba's own workqueue pool where the ``tbb`` distribution is missing) unless the user chose a
+layer, read here off /proc/self/maps in fresh processes that fit the estimator and take a training
+step."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ print(json.dumps({"openmp": maps, "layer": numba.threading_layer()}))
 
 
 def probe(**env: str) -> dict:
-    environ = {**{k: v for k, v in os.environ.items() if k != "NUMBA_THREADING_LAYER"}, "OMP_NUM_THREADS": "2", **env}
+    environ = {**{k: v for k, v in os.environ.items() if k not in ("NUMBA_THREADING_LAYER", "PYTHONPATH")}, "OMP_NUM_THREADS": "2", **env}
     done = subprocess.run([sys.executable, "-c", PROBE], env=environ, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.splitlines()[-1])
@@ -41,6 +42,17 @@ def probe(**env: str) -> dict:
 @pytest.mark.slow
 def test_a_fit_and_a_training_step_load_one_openmp_runtime():
     seen = probe()
+    assert seen["layer"] == "tbb"
+    assert len(seen["openmp"]) == 1 and "torch" in seen["openmp"][0], seen["openmp"]
+
+
+@pytest.mark.slow
+def test_without_tbb_the_kernels_run_in_numbas_own_pool(tmp_path):
+    # A ``tbb`` distribution that holds no library, found first on the path, stands for none.
+    (tmp_path / "tbb-2099.0.dist-info").mkdir()
+    (tmp_path / "tbb-2099.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: tbb\nVersion: 2099.0\n")
+    (tmp_path / "tbb-2099.0.dist-info" / "RECORD").write_text("")
+    seen = probe(PYTHONPATH=str(tmp_path))
     assert seen["layer"] == "workqueue"
     assert len(seen["openmp"]) == 1 and "torch" in seen["openmp"][0], seen["openmp"]
 

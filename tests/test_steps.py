@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import ktframe
-from ktframe.core import reference
+from ktframe.core import host, reference
 from ktframe.core.tasks import mixture
+from ktframe.fast import model as fast_model
 from ktframe.kernels import cpu as kernels
 
 FIELDS = ("centers", "assignments", "trajectory", "n_iter")
@@ -38,12 +39,12 @@ def assert_same(fused, plain):
         assert torch.equal(a, b), field
 
 
-def one_by_one(model, X, C0):
+def one_by_one(model, X, C0, **options):
     """The model's run with its steps one by one (its plan's ``one_kernel_call`` off)."""
     plan = model.plan
     model.plan = dataclasses.replace(plan, one_kernel_call=False)
     try:
-        return model(X, C0)
+        return model(X, C0, **options)
     finally:
         model.plan = plan
 
@@ -64,6 +65,49 @@ def test_one_call_equals_the_steps_one_by_one(dtype, B, n, d, k, n_layers, kerne
     assert len(kernel_calls) >= 1
     assert_same(fused, one_by_one(model, X, C0))
     assert (fused.n_iter <= n_layers).all()
+
+
+@pytest.fixture
+def cuts(monkeypatch):
+    """The calls, so far, of the fast model's cut of tasks past their tol stop."""
+    calls = []
+    real = fast_model._cut_at_tolerance
+
+    def counted(*args):
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(fast_model, "_cut_at_tolerance", counted)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("tol", [0.0, 1e-4, 1e-2, 0.3])
+@torch.no_grad()
+def test_the_kernel_stops_a_task_within_its_tol_as_the_steps_one_by_one_do(dtype, tol, kernel_calls, cuts):
+    X, _ = mixture(64, 100, 2, 8, generator=torch.Generator().manual_seed(10), dtype=dtype)
+    C0 = reference.kmeans_plusplus(X, 8, torch.Generator().manual_seed(11))
+    model = lloyd(2, 8, dtype=dtype)
+    fused = model(X, C0, tol=tol)
+    assert len(kernel_calls) == 1 and cuts == []  # every stop decided in the kernel
+    assert_same(fused, one_by_one(model, X, C0, tol=tol))
+    if tol >= 1e-2:
+        assert (fused.n_iter < model(X, C0).n_iter).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@torch.no_grad()
+def test_a_shift_at_its_bound_is_left_to_the_rule_in_the_tensors_dtype(dtype, cuts):
+    # tol chosen so that task 0's bound is its first step's shift, as rounded in the tensors'
+    # dtype: within the kernel's rounding of it, which cannot tell the two apart.
+    X, _ = mixture(16, 100, 2, 8, generator=torch.Generator().manual_seed(12), dtype=dtype)
+    C0 = reference.kmeans_plusplus(X, 8, torch.Generator().manual_seed(13))
+    model = lloyd(2, 8, dtype=dtype)
+    trajectory = model(X, C0).trajectory
+    tol = (host.squared_shift(trajectory[:1, 0], trajectory[:1, 1]) / host.mean_square_deviation(X[:1])).item()
+    fused = model(X, C0, tol=tol)
+    assert len(cuts) == 1
+    assert_same(fused, one_by_one(model, X, C0, tol=tol))
 
 
 @torch.no_grad()

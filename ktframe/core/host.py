@@ -2,8 +2,8 @@
 
 A PyTorch CPU operation on more than about 32 000 numbers runs on PyTorch's OpenMP threads, which
 then spin for several milliseconds waiting for more work. The kernels launched next (numba's
-workqueue threads, :mod:`ktframe.kernels.cpu`) need those same cores, and ran at half speed or
-less in that window. The few whole-array operations a fit makes between its kernel launches (the
+threads, :mod:`ktframe.kernels.cpu`) need those same cores, and ran at half speed or less in that
+window. The few whole-array operations a fit makes between its kernel launches (the
 range check of its input, the zero-padded point stream and the one-hot center stream, a fill, the
 ``tol`` bound, the center shifts, the trajectory) are made here, by NumPy where it can: CPU
 tensors of a dtype it shares, without a gradient to record; elsewhere by PyTorch

@@ -664,9 +664,10 @@ class ModelPlan(Plan):
 
     With ``tol``, a task stops after the first step whose center shift is within its bound
     (:func:`~ktframe.transformer.model.shift_bound`), as the definition says: step by step, its
-    centers are repeated from then on and the steps end once every task has stopped; through the
-    one kernel call, which takes each task on to the step that leaves it as it was, the steps
-    after its stop are cut off afterwards.
+    centers are repeated from then on and the steps end once every task has stopped; the one
+    kernel call stops a task at a step whose shift is surely within its bound, and where it cannot
+    tell (a shift within rounding of the bound) or the layer took some of its steps itself, the
+    steps after the task's stop are cut off afterwards.
     """
 
     skip_settled: bool
@@ -691,18 +692,18 @@ class ModelPlan(Plan):
         X, C0 = check_model_inputs(X, C0, d=model.d, k=model.k, dtype=model.dtype, any_k=model.embedding.any_k)
         steps = model.n_layers if n_steps is None else n_steps
         weights = None if sample_weight is None else sample_weight.to(X.dtype)
-        bound = None if tol is None else shift_bound(X, tol)
         points, centers = model.embedding.points(X, model.k), model.embedding.centers(C0)
+        bound = None if tol is None else _shift_bound(X, tol, points, centers)
         layers = [model.layer(step) for step in range(steps)]
         one_layer = self.skip_settled and not reembed and not torch.is_grad_enabled() and steps > 0 and all(layer is layers[0] for layer in layers)
         # Every step one and the same layer: where it is Lloyd's hard-assignment step, one kernel
         # takes each task through all of them (ktframe.fast.steps); its sums are not weighted.
         fused = None
         if one_layer and weights is None and self.one_kernel_call and layers[0].plan is not None and layers[0].plan.all_steps:
-            fused = layer_steps.run(layers[0], points, centers, model.embedding.read_centers(centers, model.d), steps)
+            fused = layer_steps.run(layers[0], points, centers, model.embedding.read_centers(centers, model.d), steps, bound)
         if fused is not None:
-            trajectory, n_iter = fused
-            if bound is not None:
+            trajectory, n_iter, undecided = fused
+            if bound is not None and bool(undecided.any()):
                 points = _cut_at_tolerance(model, X, layers[0], points, trajectory, n_iter, bound)
         else:
             points, trajectory, n_iter = self._step_by_step(model, X, C0, points, centers, layers, reembed=reembed, bound=bound, weights=weights)
@@ -766,6 +767,12 @@ class ModelPlan(Plan):
         for tasks, kept in stopped_points:
             points[tasks] = kept
         return points, host.stacked(trajectory, dim=1), n_iter
+
+
+def _shift_bound(X: torch.Tensor, tol: float, points: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
+    """:func:`~ktframe.transformer.model.shift_bound`, on the kernels where a step on these
+    token streams begins on them."""
+    return shift_bound(X, tol, kernels.mean_square_deviation) if kernels.usable(points, centers) else shift_bound(X, tol)
 
 
 def _cut_at_tolerance(

@@ -61,12 +61,17 @@ def _applies(points: torch.Tensor, centers: torch.Tensor, read: torch.Tensor) ->
     )
 
 
-def run(layer: Layer, points: torch.Tensor, centers: torch.Tensor, read: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def run(
+    layer: Layer, points: torch.Tensor, centers: torch.Tensor, read: torch.Tensor, steps: int, bound: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """``steps`` steps of ``layer`` (whose plan has ``all_steps``) on the streams ``points``
     (B, m, w) and ``centers`` (B, n, w), in place, each task left as it is once a step has left it
-    as it was (as the model's plan does): the trajectory (B, steps + 1, n, e) of the centers
-    ``read`` (a view of the center stream) and each task's ``n_iter``. None, with nothing done,
-    where it does not apply."""
+    as it was (as the model's plan does), or, given ``bound`` (B,), once a step has shifted its
+    centers surely within it (:func:`ktframe.kernels.cpu.hard_steps`): the trajectory
+    (B, steps + 1, n, e) of the centers ``read`` (a view of the center stream), each task's
+    ``n_iter``, and the tasks for which that was not decided (a shift too near the bound, or
+    steps taken by the layer itself), which the caller cuts short where its own rule says so.
+    None, with nothing done, where it does not apply."""
     if not _applies(points, centers, read):
         return None
     cross, update = layer.point_cross, layer.center_cross
@@ -80,11 +85,12 @@ def run(layer: Layer, points: torch.Tensor, centers: torch.Tensor, read: torch.T
     settled = torch.zeros(B, dtype=torch.bool)
     n_iter = torch.full((B,), steps, dtype=torch.long)
 
-    def kernel() -> torch.Tensor:
-        return kernels.hard_steps(cross.q(points), k, a, b, update.v(points), (v, points[..., cross.slot]), views, trajectory, at, settled, n_iter)
+    def kernel() -> tuple[torch.Tensor, torch.Tensor]:
+        return kernels.hard_steps(cross.q(points), k, a, b, update.v(points), (v, points[..., cross.slot]), views, trajectory, at, settled, n_iter, bound)
 
-    if not bool(kernel().any()):
-        return trajectory, n_iter
+    stopped, doubt = kernel()
+    if not bool(stopped.any()):
+        return trajectory, n_iter, doubt
     # The tasks stopped at a query without a clear winner go on through the layer's own steps
     # (a tie tends to come back in the same task), each step skipping the other tasks and marking
     # in `left` those that it left as they were.
@@ -99,4 +105,4 @@ def run(layer: Layer, points: torch.Tensor, centers: torch.Tensor, read: torch.T
         settled[tasks[done]] = True
         at[tasks] = step
     kernel()  # no step left to take: the trajectories of the tasks settled above are filled in
-    return trajectory, n_iter
+    return trajectory, n_iter, doubt | stopped

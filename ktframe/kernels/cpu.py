@@ -18,6 +18,8 @@
 - :func:`gather_rows`: value rows picked by index, written straight into a slot of the stream.
 - :func:`inertia`: the k-means objective of given labels, in one pass over the points (PyTorch
   gathers an index as large as the points and takes three more passes).
+- :func:`mean_square_deviation`: each task's mean squared deviation from its mean point (the
+  ``tol`` bound), in two passes (NumPy's casts to float64 cost more than the sums).
 - :func:`tasks_changed`: which tasks' rows differ between two copies, in one pass (PyTorch takes
   a compare, a reduction and their temporaries).
 
@@ -105,8 +107,9 @@ def _thread_count(work: int) -> int:
 @contextlib.contextmanager
 def _using(threads: int) -> Iterator[None]:
     """The numba kernels called inside run on ``threads`` threads (numba's setting is the calling
-    thread's own), one calling thread at a time: numba's workqueue layer, which ktframe picks,
-    takes one parallel launch at a time, and a second one at once would end the process."""
+    thread's own), one calling thread at a time: numba's workqueue layer, ktframe's choice where
+    TBB is missing, takes one parallel launch at a time, and a second one at once would end the
+    process."""
     numba = load_numba()
     with _LAUNCH:
         previous = numba.get_num_threads()
@@ -775,13 +778,29 @@ def _record(read, b, trajectory, first, last):
                 trajectory[b, t, j, c] = read[b, j, c]
 
 
+@kernel(inline="always", nogil=True)
+def _shift_verdict(trajectory, b, s, stop):
+    # Whether task b stops after step s: its squared center shift Σ (after − before)², summed in
+    # float64, against stop = (its bound, ε). Within a relative ε of the bound the sum in the
+    # tensors' dtype (core.host.squared_shift) may fall on either side: 0 stops, 1 goes on, 2
+    # cannot tell.
+    shift = 0.0
+    for j in range(trajectory.shape[2]):
+        for c in range(trajectory.shape[3]):
+            gap = np.float64(trajectory[b, s, j, c]) - np.float64(trajectory[b, s - 1, j, c])
+            shift += gap * gap
+    if shift * (1.0 + stop[1]) <= stop[0][b]:
+        return 0
+    return 1 if shift * (1.0 - stop[1]) > stop[0][b] else 2
+
+
 @kernel(parallel=True, nogil=True)
-def _hard_steps(q, q_strides, B, m, keys, a, bk, bounds, exact, index, tally, write, update, trajectory, state, steps, workers):
+def _hard_steps(q, q_strides, B, m, keys, a, bk, bounds, exact, index, tally, write, update, trajectory, state, stop, steps, workers):
     # hard_steps: each task on its own, step after step, in one tile of _direct_logits; each of
     # `workers` slots takes a run of tasks (_share), with scratch space of its own.
     n, d = keys.shape[1], keys.shape[2]
     cq, ckeys, own, out, read = update
-    at, settled, n_iter, stopped = state
+    at, settled, n_iter, stopped, doubt = state
     flat_sums, flat_sizes, moved = tally[2], tally[3], write[4]
     f = out.shape[2]
     sums, sizes = flat_sums.reshape(B, n, f), flat_sizes.reshape(B, n)
@@ -816,7 +835,9 @@ def _hard_steps(q, q_strides, B, m, keys, a, bk, bounds, exact, index, tally, wr
                 changed = moved[b] or _differs(out, b, before, 0)
                 s += 1
                 _record(read, b, trajectory, s, s + 1)
-                if not changed:  # the step left the task as it was: so would every later one
+                verdict = _shift_verdict(trajectory, b, s, stop) if stop[0].shape[0] else 1
+                doubt[b] = doubt[b] or verdict == 2
+                if not changed or verdict == 0:  # the task is done: left as it was, or within its bound
                     settled[b] = True
                     n_iter[b] = s
             if not stopped[b]:
@@ -837,7 +858,8 @@ def hard_steps(
     at: torch.Tensor,
     settled: torch.Tensor,
     n_iter: torch.Tensor,
-) -> torch.Tensor:
+    bound: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps of the hard-assignment layer that :mod:`ktframe.fast.steps` describes, each task
     taken through all of its steps at once, for tasks of at most ``DIRECT_TILE`` points in at
     most ``DIRECT_MAX_WIDTH`` coordinates; every argument is a view of the layer's streams,
@@ -848,10 +870,14 @@ def hard_steps(
     records after each step.
 
     Task b starts at step ``at[b]`` (int64); a step that leaves it as it was marks it in
-    ``settled`` (bool) and sets ``n_iter[b]`` (int64) to its number; a settled task, or one out
-    of steps, has the rest of its trajectory filled and ``at[b] = steps``. Returns ``stopped``
-    (B,) bool: the tasks stopped at a step with a query without a clear winner, left as they
-    were before it, ``at[b]`` that step, for the caller to take through it."""
+    ``settled`` (bool) and sets ``n_iter[b]`` (int64) to its number, and so does, given
+    ``bound`` (B,), a step whose squared center shift is surely within ``bound[b]``, as
+    :func:`ktframe.core.host.squared_shift` rounds it; a settled task, or one out of steps, has
+    the rest of its trajectory filled and ``at[b] = steps``. Returns ``stopped`` (B,) bool: the
+    tasks stopped at a step with a query without a clear winner, left as they were before it,
+    ``at[b]`` that step, for the caller to take through it; and ``doubt`` (B,) bool: the tasks
+    with a step whose shift lies too near ``bound`` to tell, which went on, for the caller to
+    decide."""
     B, m, d = q.shape
     n = k.shape[1]
     dtype = _array(k).dtype
@@ -859,14 +885,19 @@ def hard_steps(
     tally, _, _ = _tally(values, 1, B, n, dtype)
     moved = torch.zeros(B, dtype=torch.bool)
     stopped = torch.zeros(B, dtype=torch.bool)
-    state = (_array(at), _array(settled), _array(n_iter), stopped.numpy())
+    doubt = torch.zeros(B, dtype=torch.bool)
+    state = (_array(at), _array(settled), _array(n_iter), stopped.numpy(), doubt.numpy())
+    # A sum of n·e squared gaps in the trajectory's dtype is within (n·e + 2) units of its
+    # roundoff of the exact sum, as the float64 sum is of its own: ε covers both, twice.
+    width = trajectory.shape[2] * trajectory.shape[3]
+    stop = (np.empty(0) if bound is None else bound.double().numpy(), float((width + 3) * np.finfo(_array(trajectory).dtype).eps))
     threads = _thread_count(B * m * n * d)
     with _using(threads):
         _hard_steps(
             *_flat(q), B, m, _array(k), dtype.type(a), dtype.type(b), bounds, exact, np.empty((B, m), np.int64), tally, _write(gather, k.dtype, moved),
-            tuple(_array(t) for t in update), _array(trajectory), state, trajectory.shape[1] - 1, min(B, threads),
+            tuple(_array(t) for t in update), _array(trajectory), state, stop, trajectory.shape[1] - 1, min(B, threads),
         )  # fmt: skip
-    return stopped
+    return stopped, doubt
 
 
 # --- gathering value rows ---------------------------------------------------------------------
@@ -906,7 +937,8 @@ def gather_rows(table: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> 
 
 # --- the k-means objective of given labels ---------------------------------------------------------
 
-# Rows of one task that a slot sums at a time: enough to spread one large task over the threads.
+# Rows of one task that a slot sums at a time (the objective, the deviations): enough to spread
+# one large task over the threads.
 INERTIA_ROWS = 4096
 
 
@@ -941,6 +973,49 @@ def inertia(X: torch.Tensor, C: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     with _using(threads):
         _inertia(_array(X), _array(C), _array(labels), totals, chunks, workers)
     return torch.from_numpy(totals.sum(axis=0))
+
+
+@kernel(parallel=True, nogil=True)
+def _deviation_sums(X, mean, totals, chunks, workers):
+    # Per slot and task, over the rows of the slot's run of (task, block of INERTIA_ROWS rows)
+    # items, in float64: with an empty mean, the sums of the coordinates, totals[slot, b] (d);
+    # else the sum of the squared deviations X − mean[b], each taken in X's dtype,
+    # totals[slot, b, 0]. Added up in slot order by the caller, as _inertia's.
+    B, m, d = X.shape
+    for worker in prange(workers):
+        for item in _share(worker, workers, B * chunks):
+            b, lo, rows = _tile(item, chunks, INERTIA_ROWS, m)
+            if mean.shape[0] == 0:
+                for c in range(d):  # a coordinate at a time, its sum kept in a register
+                    total = 0.0
+                    for i in range(lo, lo + rows):
+                        total += X[b, i, c]
+                    totals[worker, b, c] += total
+            else:
+                total = 0.0
+                for i in range(lo, lo + rows):
+                    for c in range(d):
+                        gap = np.float64(X[b, i, c] - mean[b, c])
+                        total += gap * gap
+                totals[worker, b, 0] += total
+
+
+def mean_square_deviation(X: torch.Tensor) -> torch.Tensor:
+    """:func:`ktframe.core.host.mean_square_deviation` (``(B,)``, X's dtype: the mean over each
+    task's points and coordinates of the squared deviation from its mean point) in two passes
+    over ``X`` (B, m, d): the same arithmetic, its float64 sums in another order."""
+    B, m, d = X.shape
+    array = _array(X if X.is_contiguous() else X.contiguous())
+    chunks = -(-m // INERTIA_ROWS)
+    threads = _thread_count(X.numel())
+    workers = min(B * chunks, threads)
+    totals = np.zeros((workers, B, d))
+    with _using(threads):
+        _deviation_sums(array, np.empty((0, d), array.dtype), totals, chunks, workers)
+        mean = (totals.sum(axis=0) / m).astype(array.dtype)
+        totals[:] = 0
+        _deviation_sums(array, mean, totals, chunks, workers)
+    return torch.from_numpy((totals[..., 0].sum(axis=0) / (m * d)).astype(array.dtype))
 
 
 # --- which tasks changed ----------------------------------------------------------------------

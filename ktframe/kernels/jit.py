@@ -17,7 +17,10 @@ or written is likewise compiled instead (:mod:`ktframe.kernels.cache`).
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import importlib.metadata
+import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -113,21 +116,55 @@ def kernel(**options: Any) -> Callable[[Callable], Kernel]:
     return declare
 
 
+# Intel TBB's library as numba's tbb layer asks the loader for it, by name (numba 0.68's own list).
+_TBB_LIBRARY = {"linux": "libtbb.so.12", "darwin": "libtbb.12.dylib", "win32": "tbb12.dll"}
+
+
+def _load_tbb() -> bool:
+    """Whether Intel TBB's library, from the ``tbb`` distribution, is loaded into the process.
+
+    pip puts it in the environment's ``lib`` folder, where the loader does not look when numba's
+    tbb layer asks for it by name (outside conda); loaded once by its path, it is found by that
+    name from then on."""
+    name = _TBB_LIBRARY.get(sys.platform)
+    try:
+        files = importlib.metadata.files("tbb") or []
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    for file in files:
+        if file.name == name:
+            try:
+                ctypes.CDLL(str(file.locate()), mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                return False
+            return True
+    return False
+
+
 @functools.cache
 def load_numba() -> ModuleType:
     """numba, imported on first use, its threading layer chosen unless the user chose one
-    (``NUMBA_THREADING_LAYER``) or the host's own numba code has started one already: numba's
-    first choice here, its OpenMP layer, loads the system's libgomp beside the one PyTorch bundles
-    (numba links the library by its file name, not its soname), two OpenMP runtimes in one process
-    with two pools of spinning threads on the same cores. numba's own pool, ``workqueue``, is
-    taken instead; it takes one launch at a time, which :func:`ktframe.kernels.cpu._using` keeps to."""
+    (``NUMBA_THREADING_LAYER``) or the host's own numba code has started one already.
+
+    numba's first choice in a pip environment, its OpenMP layer, loads the system's libgomp beside
+    the one PyTorch bundles (numba links the library by its file name, not its soname): two
+    OpenMP runtimes in one process, with two pools of spinning threads on the same cores. The tbb
+    layer is taken instead (``tbb`` is a dependency where it has wheels): it launches a loop in
+    microseconds, as OpenMP does, and is safe to launch from several threads at once. Where TBB
+    cannot be loaded, or numba refuses its version, numba's own pool, ``workqueue``, is taken: it
+    launches a loop in tens of microseconds and takes one launch at a time, which
+    :func:`ktframe.kernels.cpu._using` keeps to."""
     import numba
 
     try:
         numba.threading_layer()
     except ValueError:  # no layer started yet
         if numba.config.THREADING_LAYER == "default":
-            numba.config.THREADING_LAYER = "workqueue"
+            numba.config.THREADING_LAYER = "tbb" if _load_tbb() else "workqueue"
+            try:
+                numba.get_num_threads()  # starts the layer
+            except ValueError:  # a TBB older than numba supports
+                numba.config.THREADING_LAYER = "workqueue"
     return numba
 
 

@@ -25,7 +25,7 @@ tasks), to which each class below hands its call at one point, ``if self.plan is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -386,10 +386,11 @@ class KMeansTransformer(Planned, nn.Module):
         return ClusteringResult(centers=trajectory[-1], assignments=assignments, trajectory=torch.stack(trajectory, dim=1), n_iter=n_iter)
 
 
-def shift_bound(X: torch.Tensor, tol: float) -> torch.Tensor:
-    """``(B,)``: ``tol`` times the mean over coordinates of each task's variance, the bound on a
-    step's squared center shift below which a task stops (scikit-learn's ``tol``)."""
-    return tol * host.mean_square_deviation(X)
+def shift_bound(X: torch.Tensor, tol: float, deviation: Callable[[torch.Tensor], torch.Tensor] = host.mean_square_deviation) -> torch.Tensor:
+    """``(B,)``: ``tol`` times the mean over coordinates of each task's variance (``deviation``
+    computes it), the bound on a step's squared center shift below which a task stops
+    (scikit-learn's ``tol``)."""
+    return tol * deviation(X)
 
 
 def center_shift(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
