@@ -5,6 +5,7 @@ on the cores the kernels need (docs/performance.md, Threading)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -96,3 +97,20 @@ def test_a_fit_on_the_kernels_leaves_pytorchs_threads_idle(batch, n, d, k):
         estimator.fit(data)
     assert record.seen == [], record.seen
     assert np.isfinite(estimator.inertia_).all()
+
+
+@torch.no_grad()
+def test_the_model_steps_one_by_one_on_the_kernels_leave_pytorchs_threads_idle(kernels_by_ktframe_rule):
+    # 256 tasks of 100 points in 2-D, by ktframe's size rule: the projected queries alone are
+    # below the kernels' size, the step's token streams are not, and the step's arg-max runs on
+    # the kernels with the rest of it.
+    generator = torch.Generator().manual_seed(0)
+    X, _ = mixture(256, 100, 2, 8, generator=generator)
+    C0 = reference.kmeans_plusplus(X, 8, generator)
+    model = ktframe.build_model("lloyd", d=2, k=8, n_layers=10, reset="identity")
+    model.plan = dataclasses.replace(model.plan, one_kernel_call=False)
+    model(X, C0)
+    with LargeOperations() as record:
+        result = model(X, C0)
+    assert record.seen == [], record.seen
+    torch.testing.assert_close(result.centers, reference.lloyd(X, C0, 10).centers)

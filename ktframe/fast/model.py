@@ -161,7 +161,7 @@ class HeadPlan(Plan):
         """The definition's (4) for one block of projected queries, the arg-max through the kernel
         where it decides every query (each then takes its winner's value row); written into
         ``into`` if given."""
-        found = self.winners(head, q, k)
+        found = self.winners(head, q, k) if kernels.usable(q, k) else None
         if found is None or found.undecided or not kernels.eligible(v):  # the definition's map decides
             values = head.attend(q, k, v, queries)
         else:
@@ -184,8 +184,10 @@ class HeadPlan(Plan):
         """The CPU arg-max kernel's :class:`~ktframe.kernels.cpu.Winners` for projected queries and
         keys, where a query without a clear winner (close rivals, a NaN: the map must decide it)
         has index −1; the other arguments as in :func:`ktframe.kernels.cpu.argmax_dot`. None
-        where the kernel does not apply: another route, a GPU, autograd."""
-        if not (self.route == "fused-argmax" and min(*q.shape, k.shape[1]) and kernels.usable(q, k)):
+        where the kernel does not apply: another route, a GPU, autograd. The caller has found
+        the step large enough for the kernels (:func:`ktframe.kernels.cpu.usable`), counting
+        what it reads: the queries' token stream may hold many more numbers than ``q``."""
+        if not (self.route == "fused-argmax" and min(*q.shape, k.shape[1]) and kernels.eligible(q, k)):
             return None
         a, b = head.score.dot_product_form(head.gamma)
         return kernels.argmax_dot(q, k, a, b, values=values, gather=gather, skip=skip, track_moved=track_moved, known=known)
