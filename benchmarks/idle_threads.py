@@ -6,8 +6,9 @@ right after such an operation and after the threads have gone to sleep, (3) the 
 launch of a bare numba parallel loop in the threading layer in use, and (4) that arg-max on one
 thread and on two. Run it once per setting:
 
-    python benchmarks/idle_threads.py
-    OMP_WAIT_POLICY=PASSIVE python benchmarks/idle_threads.py
+    python benchmarks/idle_threads.py                               # ktframe's layer: tbb
+    NUMBA_THREADING_LAYER=workqueue python benchmarks/idle_threads.py
+    NUMBA_THREADING_LAYER=workqueue OMP_WAIT_POLICY=PASSIVE python benchmarks/idle_threads.py
     NUMBA_THREADING_LAYER=omp python benchmarks/idle_threads.py
 
 Not a test: nothing here asserts a time.

@@ -159,7 +159,9 @@ def load_numba() -> ModuleType:
     try:
         numba.threading_layer()
     except ValueError:  # no layer started yet
-        if numba.config.THREADING_LAYER == "default":
+        if numba.config.THREADING_LAYER == "tbb":  # the user's choice, found where pip put it
+            _load_tbb()
+        elif numba.config.THREADING_LAYER == "default":
             numba.config.THREADING_LAYER = "tbb" if _load_tbb() else "workqueue"
             try:
                 numba.get_num_threads()  # starts the layer
