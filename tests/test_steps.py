@@ -18,18 +18,23 @@ from ktframe.kernels import cpu as kernels
 FIELDS = ("centers", "assignments", "trajectory", "n_iter")
 
 
-@pytest.fixture
-def kernel_calls(monkeypatch):
-    """The number of kernels.hard_steps calls so far, as a list that grows with each."""
+def counted(monkeypatch, owner, name):
+    """The calls of ``owner.name`` from now on, as a list of their arguments that grows with each."""
     calls = []
-    real = kernels.hard_steps
+    real = getattr(owner, name)
 
-    def counted(*args):
+    def counting(*args):
         calls.append(args)
         return real(*args)
 
-    monkeypatch.setattr(kernels, "hard_steps", counted)
+    monkeypatch.setattr(owner, name, counting)
     return calls
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """The kernels.hard_steps calls so far."""
+    return counted(monkeypatch, kernels, "hard_steps")
 
 
 def assert_same(fused, plain):
@@ -70,15 +75,7 @@ def test_one_call_equals_the_steps_one_by_one(dtype, B, n, d, k, n_layers, kerne
 @pytest.fixture
 def cuts(monkeypatch):
     """The calls, so far, of the fast model's cut of tasks past their tol stop."""
-    calls = []
-    real = fast_model._cut_at_tolerance
-
-    def counted(*args):
-        calls.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(fast_model, "_cut_at_tolerance", counted)
-    return calls
+    return counted(monkeypatch, fast_model, "_cut_at_tolerance")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
