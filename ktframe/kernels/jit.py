@@ -5,8 +5,8 @@ called: importing a module of kernels imports no numba, compiles nothing and rea
 file. That first call imports numba and turns every kernel declared so far into a numba
 dispatcher, bound in its module in place of the declaration (and numba's ``prange`` in place of
 this module's :data:`prange`), so that a kernel that calls another, or inlines it
-(``inline="always"``), finds a dispatcher there, as numba requires. numba itself is configured by
-nothing here.
+(``inline="always"``), finds a dispatcher there, as numba requires. Of numba's own settings only
+its threading layer is chosen here, where the user has not chosen one (:func:`load_numba`).
 
 Compiled kernels are cached under ``numba/`` in ``$KTFRAME_CACHE_DIR`` if set, else in
 ``$XDG_CACHE_HOME/ktframe`` if that is an absolute path, else in ``~/.cache/ktframe``, as the
