@@ -53,8 +53,9 @@ def run_setting(n: int, d: int, k: int, args: argparse.Namespace) -> None:
             return model(X_dev, C0_dev)
 
     # what users call: the estimator, from the same starting centers (it also computes the labels
-    # and inertia of its result); on the CPU only, since it takes numpy arrays
-    estimator = ktframe.TransformerKMeans(k, n_layers=iters, init=C0_np, dtype=args.dtype)
+    # and inertia of its result); on the CPU only, since it takes numpy arrays. tol=0.0 on both
+    # sides: each runs until an iteration changes nothing or the iterations run out
+    estimator = ktframe.TransformerKMeans(k, n_layers=iters, init=C0_np, tol=0.0, dtype=args.dtype)
 
     def sklearn():
         with warnings.catch_warnings():

@@ -46,7 +46,8 @@ def main() -> None:
     X, _ = mixture(args.tasks, args.n, args.d, args.k, generator=generator, dtype=dtype)
     C0 = reference.kmeans_plusplus(X, args.k, generator)
     X_np, C0_np = X.numpy(), C0.numpy()
-    estimator = ktframe.TransformerKMeans(args.k, n_layers=args.iterations, init=C0_np, dtype=args.dtype)
+    # tol=0.0 as scikit-learn's below: a task runs until an iteration changes nothing
+    estimator = ktframe.TransformerKMeans(args.k, n_layers=args.iterations, init=C0_np, tol=0.0, dtype=args.dtype)
     model = ktframe.build_model("lloyd", d=args.d, k=args.k, n_layers=args.iterations, reset="identity", dtype=dtype).to(args.device)
     stepwise = copy.deepcopy(model)
     stepwise.plan = dataclasses.replace(model.plan, one_kernel_call=False)

@@ -389,8 +389,9 @@ class KMeansTransformer(Planned, nn.Module):
 def shift_bound(X: torch.Tensor, tol: float, deviation: Callable[[torch.Tensor], torch.Tensor] = host.mean_square_deviation) -> torch.Tensor:
     """``(B,)``: ``tol`` times the mean over coordinates of each task's variance (``deviation``
     computes it), the bound on a step's squared center shift below which a task stops
-    (scikit-learn's ``tol``)."""
-    return tol * deviation(X)
+    (scikit-learn's ``tol``). ``tol = 0`` asks for a step that moves nothing, whatever the
+    variance: the pass over the data that measures it is spared."""
+    return X.new_zeros(X.shape[0]) if tol == 0 else tol * deviation(X)
 
 
 def center_shift(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
