@@ -25,6 +25,7 @@ from ktframe.evaluation.datasets import DATASETS
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER, ANYK = ROOT / "results" / "paper-seed0.ckpt", ROOT / "results" / "anyk-seed0.ckpt"
+LLOYD_LAST = 5
 
 
 def ktframe_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -34,11 +35,11 @@ def ktframe_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """Both committed checkpoints on iris (zero-padded) and digits (PCA-reduced) at k = 3 and 10,
-    two samples each, through the command."""
+    two samples each, through the command, with the model's last LLOYD_LAST steps Lloyd's beside."""
     folder = tmp_path_factory.mktemp("real-data")
     done = ktframe_cli(
         "real-data", "--checkpoint", str(PAPER), "--checkpoint", str(ANYK), "--datasets", "iris,digits", "--ks", "3,10", "--samples", "2",
-        "--out", "out", "--json", cwd=folder,
+        "--lloyd-last", str(LLOYD_LAST), "--out", "out", "--json", cwd=folder,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     written = json.loads((folder / "out" / "report.json").read_text())
@@ -78,7 +79,8 @@ def test_the_baselines_do_not_depend_on_the_checkpoint_of_one_frame(report):
     _, found = report
     for dataset in ("iris", "digits"):
         paper, anyk = _row(found, "paper-seed0.ckpt", dataset, 10), _row(found, "anyk-seed0.ckpt", dataset, 10)
-        assert {m: v for m, v in paper["per_sample"].items() if m != "model"} == {m: v for m, v in anyk["per_sample"].items() if m != "model"}
+        ours = ("model", real_data.HYBRID)
+        assert {m: v for m, v in paper["per_sample"].items() if m not in ours} == {m: v for m, v in anyk["per_sample"].items() if m not in ours}
         assert paper["per_sample"]["model"] != anyk["per_sample"]["model"]
 
 
@@ -86,11 +88,14 @@ def test_means_differences_and_their_intervals_are_those_of_the_samples(report):
     _, found = report
     for row in found["rows"]:
         samples = {m: np.array(v) for m, v in row["per_sample"].items()}
-        assert set(samples) == set(real_data.METHODS) and all(len(v) == 2 for v in samples.values())
+        assert set(samples) == {*real_data.METHODS, real_data.HYBRID} and all(len(v) == 2 for v in samples.values())
         for method, values in samples.items():
             assert math.isclose(row["log_objective"][method]["mean"], values.mean(), rel_tol=1e-12)
-        for other, versus in row["versus"].items():
-            difference = samples["model"] - samples[other]
+        compared = [("model", other, versus) for other, versus in row["versus"].items()]
+        compared += [(real_data.HYBRID, other, versus) for other, versus in row["hybrid_versus"].items()]
+        assert {other for ours, other, _ in compared if ours == real_data.HYBRID} == set(real_data.METHODS[1:])
+        for ours, other, versus in compared:
+            difference = samples[ours] - samples[other]
             half = stats.t.ppf(0.975, 1) * difference.std(ddof=1) / math.sqrt(2)
             assert math.isclose(versus["mean"], difference.mean(), abs_tol=1e-12)
             assert versus["ci95"] == pytest.approx([difference.mean() - half, difference.mean() + half], abs=1e-9)
@@ -119,6 +124,13 @@ def _independent(points: np.ndarray, Y: np.ndarray, row: dict, checkpoint: Path,
     model = TransformerKMeans(n_clusters=row["k"], init=points[start], checkpoint=checkpoint, tol=0).fit(points)
     assert model.n_iter_ == row["steps"]
     assert math.isclose(_objective(Y, to_frame(model.cluster_centers_)), row["per_sample"]["model"][0], abs_tol=2e-4)
+    # model+lloyd: the estimator's first steps, then Lloyd's from its centers in the frame
+    first = TransformerKMeans(n_clusters=row["k"], init=points[start], checkpoint=checkpoint, n_layers=row["steps"] - LLOYD_LAST, tol=0).fit(points)
+    C = to_frame(first.cluster_centers_)
+    for _ in range(LLOYD_LAST):  # Lloyd keeping an emptied cluster's center (scikit-learn moves it)
+        labels = ((Y[:, None] - C[None]) ** 2).sum(-1).argmin(1)
+        C = np.stack([Y[labels == j].mean(0) if (labels == j).any() else C[j] for j in range(len(C))])
+    assert math.isclose(_objective(Y, C), row["per_sample"][real_data.HYBRID][0], abs_tol=2e-4)
 
 
 def test_one_padded_sample_as_computed_independently(report):
@@ -167,6 +179,8 @@ def test_a_report_is_never_replaced_unless_its_folder_is_named(tmp_path, monkeyp
         (["--ks", "200"], "k=200 for the data set 'iris' of 150 points"),
         (["--checkpoint", "missing.ckpt"], "missing.ckpt"),
         (["--seed", "-1"], "--seed -1: expected a seed >= 0"),
+        (["--lloyd-last", "-1"], "--lloyd-last -1: expected a number of steps >= 0"),
+        (["--lloyd-last", "21"], "runs 20 steps; expected at most 20 of them Lloyd's"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, arguments, expected):

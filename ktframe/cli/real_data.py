@@ -14,7 +14,8 @@ DEFAULT_OUT = "real-data"
 EXAMPLES = """examples:
   ktframe real-data                                   # the committed checkpoints of results/, every data set (pip install 'ktframe[realdata]')
   ktframe real-data --checkpoint run/checkpoints/best.ckpt --datasets iris,wine --samples 32
-  ktframe real-data --datasets digits --ks 4,8,12 --out digits-report"""
+  ktframe real-data --datasets digits --ks 4,8,12 --out digits-report
+  ktframe real-data --lloyd-last 10                   # also the model's first steps followed by 10 of Lloyd's"""
 
 
 def epilog(_) -> str:
@@ -49,6 +50,10 @@ def add_parser(commands) -> None:
     p.add_argument("--ks", type=_ks, help="the numbers of clusters for every data set, separated by commas (default: each data set's own, listed below)")
     p.add_argument("--samples", type=int, default=16, help="samples per data set and k (default: 16)")
     p.add_argument("--seed", type=int, default=0, help="seed of the samples and starts (default: 0)")
+    p.add_argument(
+        "--lloyd-last", type=int, default=0, metavar="N",
+        help="also report model+lloyd: the model's first steps, then N of Lloyd's from its centers, as eval.lloyd_last (default: 0, not)",
+    )  # fmt: skip
     p.add_argument("--out", help=f"folder for report.md and report.json, replacing a report there (default: {DEFAULT_OUT}, never replacing one)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object instead of Markdown")
     p.set_defaults(run=run)
@@ -65,7 +70,9 @@ def run(args) -> int:
     checkpoints = args.checkpoint or real_data.default_checkpoints()
     names = args.datasets or list(DATASETS)
     with progress.bar("real-data", unit="setting", quiet=args.quiet) as bar:
-        report = real_data.evaluate(checkpoints, names, samples=args.samples, ks=args.ks, seed=args.seed, out=folder, progress=progress.follow(bar))
+        report = real_data.evaluate(
+            checkpoints, names, samples=args.samples, ks=args.ks, seed=args.seed, lloyd_last=args.lloyd_last, out=folder, progress=progress.follow(bar)
+        )
     paths = real_data.write(report, folder)
     print(json.dumps(report) if args.json else f"{real_data.markdown(report)}\nwritten: {', '.join(map(str, paths))}")
     return 0

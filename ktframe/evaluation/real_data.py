@@ -12,7 +12,11 @@ Lloyd's algorithm for as many iterations (keeping an emptied cluster's center) a
 k-means++ and greedy k-means++ seedings, each followed by as many Lloyd iterations, as the protocol
 runs them. The measure is the protocol's: log Σᵢ minⱼ ‖xᵢ − cⱼ‖² in the frame. Reported per
 checkpoint, data set and k: each method's mean over the samples and the model's paired
-differences with every other method, with their 95 % Student-t intervals.
+differences with every other method, with their 95 % Student-t intervals. ``lloyd_last=N`` adds
+``model+lloyd``, as ``eval.lloyd_last`` does on the synthetic protocol: the model's first steps,
+then N of Lloyd's from the centers it returns (the hand-built construction's exact γ = ∞ limit),
+the same number of steps in all; its paired differences with the classical methods beside the
+model's.
 
 A sample depends on the seed, the data set and its number alone; its start on those and k: the
 first samples of a longer run are those of a shorter one, and every checkpoint of one frame
@@ -43,6 +47,7 @@ POINTS = 512
 # Lloyd "to convergence": until no center moves, at most scikit-learn's KMeans max_iter.
 CONVERGED_MAX_ITER = 300
 METHODS = ("model", "lloyd", "lloyd-converged", "k-means++", "greedy-k-means++")
+HYBRID = "model+lloyd"
 OUTPUTS = ("report.md", "report.json")
 # The checkpoints evaluated when none is named, those of them that exist.
 DEFAULT_CHECKPOINTS = ("results/paper-seed0.ckpt", "results/anyk-seed0.ckpt", "results/general.ckpt")
@@ -110,26 +115,40 @@ def baselines(Y: torch.Tensor, seeded: dict[str, torch.Tensor], steps: int) -> t
 
 
 @torch.no_grad()
-def model_objectives(trained: Trained, frame: Frame, Y: torch.Tensor, C0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def model_objectives(trained: Trained, frame: Frame, Y: torch.Tensor, C0: torch.Tensor, lloyd_last: int = 0) -> dict[str, torch.Tensor]:
     """The model's log objectives ``(S,)`` after its ``eval.steps`` re-embedded steps from ``C0``:
-    of its centers as the user gets them (in the user's units, as ``TransformerKMeans`` returns
-    them, taken back to the frame: a padded coordinate the layer moved a center along is
-    dropped), and of the layer's own centers."""
-    centers = trained.model(Y, C0, n_steps=trained.steps, reembed=True).centers.double()
-    returned = frame.to_model(frame.to_user(centers))
+    of its centers as the user gets them (``model``: in the user's units, as
+    ``TransformerKMeans`` returns them, taken back to the frame: a padded coordinate the layer
+    moved a center along is dropped) and of the layer's own centers (``layer``); with
+    ``lloyd_last``, ``model+lloyd``: that many of the steps Lloyd's, from the centers the model
+    returns after the others."""
     X64 = Y.double()
-    return fast.objective(X64, returned).log(), fast.objective(X64, centers).log()
+    centers = trained.model(Y, C0, n_steps=trained.steps, reembed=True).centers.double()
+    logs = {"model": fast.objective(X64, frame.to_model(frame.to_user(centers))).log(), "layer": fast.objective(X64, centers).log()}
+    if lloyd_last:
+        first = trained.model(Y, C0, n_steps=trained.steps - lloyd_last, reembed=True).centers.double() if lloyd_last < trained.steps else C0.double()
+        returned = frame.to_model(frame.to_user(first)).to(Y.dtype)
+        logs[HYBRID] = fast.objective(X64, fast.lloyd(Y, returned, lloyd_last).centers.double()).log()
+    return logs
+
+
+def _versus(ours: torch.Tensor, logs: dict[str, torch.Tensor], others: Sequence[str]) -> dict[str, Any]:
+    """The paired differences of ``ours`` with each of ``others`` (``below``: the samples where
+    ours ends lower)."""
+    return {other: {**describe((ours - logs[other]).tolist()), "below": int((ours < logs[other]).sum())} for other in others}
 
 
 def _row(logs: dict[str, torch.Tensor]) -> dict[str, Any]:
     """Each method's mean log objective over the samples and the model's paired differences
-    with every other method (``below``: the samples where the model ends lower)."""
-    ours = logs["model"]
-    return {
+    with every other method; with ``model+lloyd``, its own with the classical methods."""
+    row = {
         "log_objective": {method: describe(values.tolist()) for method, values in logs.items()},
-        "versus": {other: {**describe((ours - theirs).tolist()), "below": int((ours < theirs).sum())} for other, theirs in logs.items() if other != "model"},
+        "versus": _versus(logs["model"], logs, [other for other in logs if other != "model"]),
         "per_sample": {method: values.tolist() for method, values in logs.items()},
     }
+    if HYBRID in logs:
+        row["hybrid_versus"] = _versus(logs[HYBRID], logs, METHODS[1:])
+    return row
 
 
 def evaluate(
@@ -139,19 +158,26 @@ def evaluate(
     samples: int = 16,
     ks: Sequence[int] | None = None,
     seed: int = 0,
+    lloyd_last: int = 0,
     out: str | Path = ".",
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The report of every checkpoint on every data set ``names`` at each of its ks (or ``ks``)
     that the checkpoint takes; the others are listed as skipped, with why. ``out``: the folder the
     report goes to, that its checkpoint paths are relative to. ``progress(done, total)`` hears
-    each (checkpoint, data set, k) evaluated. Everything is checked before anything runs."""
+    each (checkpoint, data set, k) evaluated. ``lloyd_last``: see the module. Everything is
+    checked before anything runs."""
     if samples < 2:
         raise InputError(f"--samples {samples}: expected at least 2 samples (an interval needs two)")
     if ks is not None and any(k < 2 for k in ks):
         raise InputError(f"--ks {','.join(map(str, ks))}: expected numbers of clusters >= 2")
     chosen = data_sets(names)
+    if lloyd_last < 0:
+        raise InputError(f"--lloyd-last {lloyd_last}: expected a number of steps >= 0")
     trained = [load_trained(path) for path in checkpoints]
+    for model in trained:
+        if lloyd_last > model.steps:
+            raise InputError(f"--lloyd-last {lloyd_last}: {model.path} runs {model.steps} steps; expected at most {model.steps} of them Lloyd's")
     points = {data.name: data.load() for data in chosen}
     plan, skipped = [], []
     for data in chosen:
@@ -175,7 +201,8 @@ def evaluate(
             seeded = starts(Y, k, data.name, seed)
             cache[key] = (frame, Y, seeded, *baselines(Y, seeded, model.steps))
         frame, Y, seeded, classical, unconverged = cache[key]
-        returned, layer = model_objectives(model, frame, Y, seeded["random"])
+        logs = model_objectives(model, frame, Y, seeded["random"], lloyd_last)
+        layer = logs.pop("layer")
         n, features = points[data.name].shape
         rows.append(
             {
@@ -191,7 +218,7 @@ def evaluate(
                 "steps": model.steps,
                 "lloyd_unconverged": unconverged,
                 "model_before_projection": describe(layer.tolist()),
-                **_row({"model": returned, **classical}),
+                **_row({**logs, **classical}),
             }
         )
         if progress is not None:
@@ -199,6 +226,7 @@ def evaluate(
     return {
         "seed": seed,
         "samples": samples,
+        "lloyd_last": lloyd_last,
         "points": POINTS,
         "datasets": [{"name": data.name, "source": data.source, "n": len(points[data.name]), "features": points[data.name].shape[1]} for data in chosen],
         "checkpoints": [{"path": relative_path(m.path, out), "d": m.d, "k": m.k, "any_k": m.any_k, "steps": m.steps, "scaling": m.scaling} for m in trained],
@@ -254,6 +282,16 @@ def markdown(report: dict[str, Any]) -> str:
             means = " | ".join(f"{row['log_objective'][method]['mean']:.4f}" for method in METHODS)
             versus = " | ".join(_interval(row["versus"][method]) for method in METHODS[1:])
             lines.append(f"| {row['dataset']} | {row['frame']} | {row['k']} | {means} | {versus} |")
+        if report["lloyd_last"]:
+            lines += [
+                "",
+                f"`{HYBRID}`: the model's first {steps - report['lloyd_last']} steps, then {report['lloyd_last']} of Lloyd's from the centers it returns.",
+                "",
+                f"| data set | k | {HYBRID} | − Lloyd | − Lloyd, converged | − k-means++ | − greedy k-means++ |",
+                "|---|---|---|---|---|---|---|",
+                *(f"| {row['dataset']} | {row['k']} | {row['log_objective'][HYBRID]['mean']:.4f} | "
+                  + " | ".join(_interval(row["hybrid_versus"][method]) for method in METHODS[1:]) + " |" for row in rows),
+            ]  # fmt: skip
         moved = [row for row in rows if row["features"] < checkpoint["d"]]
         if moved:
             lines += ["", "The layer's own centers, before the padded coordinates it moved them along are dropped: " + ", ".join(
