@@ -176,6 +176,7 @@ def test_a_hand_built_setting_with_a_checkpoint_is_one_line(params: dict) -> Non
 
 CLI_RUNS = {
     "labels": ["iris.csv", "--checkpoint", str(PAPER), "--k", "10", "--out", "labels.csv"],
+    "hybrid": ["iris.csv", "--checkpoint", str(PAPER), "--k", "10", "--lloyd-last", "5", "--out", "hybrid.csv"],
     "variant": ["iris.csv", "--checkpoint", str(PAPER), "--k", "10", "--variant", "soft"],
     "option": ["iris.csv", "--checkpoint", str(PAPER), "--k", "10", "--option", "reset=identity"],
     "k": ["iris.csv", "--checkpoint", str(PAPER), "--k", "5"],
@@ -188,7 +189,7 @@ def cli(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, subpr
     folder = tmp_path_factory.mktemp("checkpoint")
     np.savetxt(folder / "iris.csv", IRIS, delimiter=",", fmt="%.17g")
     runs = {}
-    for names in (list(CLI_RUNS)[:2], list(CLI_RUNS)[2:]):  # two or three at a time: each is mostly the start-up of torch
+    for names in (list(CLI_RUNS)[:2], list(CLI_RUNS)[2:4], list(CLI_RUNS)[4:]):  # two or three at a time: each is mostly the start-up of torch
         started = {name: start_cli(["cluster", *CLI_RUNS[name]], folder) for name in names}
         for name, process in started.items():
             stdout, stderr = process.communicate(timeout=300)
@@ -205,6 +206,14 @@ def test_cluster_with_a_checkpoint_writes_the_estimators_labels(cli, kernels_by_
     np.testing.assert_array_equal([int(line) for line in lines[1:]], expected.labels_)
     assert done.stdout.startswith(f"75 points, 4 dimensions, k=10, checkpoint={PAPER}: objective {expected.inertia_:.6g} ")
     assert done.stdout.rstrip().endswith("labels written to labels.csv")
+
+
+def test_cluster_lloyd_last_writes_the_estimators_labels(cli) -> None:
+    folder, runs = cli
+    ok(runs["hybrid"])
+    expected = TransformerKMeans(10, checkpoint=PAPER, lloyd_last=5, random_state=0).fit(IRIS)
+    np.testing.assert_array_equal(np.loadtxt(folder / "hybrid.csv", skiprows=1, dtype=int), expected.labels_)
+    assert expected.inertia_ != TransformerKMeans(10, checkpoint=PAPER, random_state=0).fit(IRIS).inertia_
 
 
 @pytest.mark.parametrize(

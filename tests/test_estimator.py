@@ -191,6 +191,7 @@ def test_params_round_trip_and_clone() -> None:
         dtype="float32",
         variant_options={"share_weights": False},
         checkpoint=None,
+        lloyd_last=2,
     )
     estimator = TransformerKMeans(**params)
     got = estimator.get_params()
@@ -420,3 +421,26 @@ def test_a_fit_that_settles_early_gives_what_every_step_gives(options: dict | No
     np.testing.assert_array_equal(fitted.cluster_centers_, every.centers.numpy())
     if options is None:
         assert 10 < fitted.n_iter_.max() < 300  # settled before the end, past a short run
+
+
+@pytest.mark.parametrize("variant, gamma", [("soft", 20.0), ("lloyd", math.inf)])
+def test_lloyd_last_is_the_model_then_lloyd_from_its_centers(variant: str, gamma: float) -> None:
+    X, _ = blobs(n_per=40, k=4, spread=0.6, seed=3)
+    both = TransformerKMeans(4, variant=variant, gamma=gamma, max_iter=12, lloyd_last=5, tol=0, random_state=1).fit(X)
+    first = TransformerKMeans(4, variant=variant, gamma=gamma, max_iter=7, tol=0, random_state=1).fit(X)
+    then = KMeans(4, init=first.cluster_centers_, n_init=1, max_iter=5, tol=0, algorithm="lloyd").fit(X)
+    np.testing.assert_allclose(both.cluster_centers_, then.cluster_centers_, atol=1e-12)
+    assert both.n_iter_ == first.n_iter_ + TransformerKMeans(4, init=first.cluster_centers_, max_iter=5, tol=0).fit(X).n_iter_
+    assert both.inertia_ == pytest.approx(then.inertia_, rel=1e-12)
+    # all the steps Lloyd's: Lloyd from the seeded start
+    alone = TransformerKMeans(4, variant=variant, gamma=gamma, max_iter=12, lloyd_last=12, tol=0, random_state=1).fit(X)
+    plain = TransformerKMeans(4, max_iter=12, tol=0, random_state=1).fit(X)
+    np.testing.assert_array_equal(alone.cluster_centers_, plain.cluster_centers_)
+
+
+@pytest.mark.parametrize("lloyd_last", [-1, 11, True, 1.5, "2"])
+def test_lloyd_last_must_be_a_number_of_the_steps(lloyd_last) -> None:
+    X, _ = blobs()
+    with pytest.raises(ktframe.InputError, match=r"lloyd_last must be an integer from 0 to the 10 steps of the fit") as caught:
+        TransformerKMeans(3, max_iter=10, lloyd_last=lloyd_last).fit(X)
+    assert "\n" not in str(caught.value)

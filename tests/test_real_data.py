@@ -131,6 +131,10 @@ def _independent(points: np.ndarray, Y: np.ndarray, row: dict, checkpoint: Path,
         labels = ((Y[:, None] - C[None]) ** 2).sum(-1).argmin(1)
         C = np.stack([Y[labels == j].mean(0) if (labels == j).any() else C[j] for j in range(len(C))])
     assert math.isclose(_objective(Y, C), row["per_sample"][real_data.HYBRID][0], abs_tol=2e-4)
+    # and the estimator's own door to it
+    hybrid = TransformerKMeans(n_clusters=row["k"], init=points[start], checkpoint=checkpoint, lloyd_last=LLOYD_LAST, tol=0).fit(points)
+    assert hybrid.n_iter_ <= row["steps"]
+    assert math.isclose(_objective(Y, to_frame(hybrid.cluster_centers_)), row["per_sample"][real_data.HYBRID][0], abs_tol=2e-4)
 
 
 def test_one_padded_sample_as_computed_independently(report):

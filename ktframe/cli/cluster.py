@@ -40,6 +40,10 @@ def add_parser(commands) -> None:
         help="cluster with this trained model (a .ckpt of ktframe fit, read weights-only) instead of a hand-built variant: its steps, its scaling",
     )
     p.add_argument("--layers", type=int, default=None, help="layers = iterations (default: 10; with --checkpoint, the steps it was evaluated with)")
+    p.add_argument(
+        "--lloyd-last", type=int, default=0, metavar="N",
+        help="the last N of the steps Lloyd's algorithm's (exact), from the centers the model reaches in the others (default: 0)",
+    )  # fmt: skip
     p.add_argument("--tol", type=float, default=1e-4, help="stop once an iteration moves the centers by at most tol x the data's mean variance (default: 1e-4)")
     p.add_argument("--gamma", type=parse_gamma, default=math.inf, help="inverse temperature (default: inf, exact)")
     p.add_argument("--init", type=canonical, choices=("k-means++", "random"), default="k-means++", help="(default: k-means++; also spelt kmeans++)")
@@ -92,7 +96,7 @@ def run(args) -> int:
         bar.update()
         model = TransformerKMeans(
             args.k, variant=args.variant, n_layers=layers, tol=args.tol, gamma=args.gamma, init=args.init, random_state=args.seed,
-            variant_options=options or None, checkpoint=args.checkpoint,
+            variant_options=options or None, checkpoint=args.checkpoint, lloyd_last=args.lloyd_last,
         )  # fmt: skip
         labels = model.fit_predict(points)
         bar.update()

@@ -19,6 +19,7 @@ from ktframe.clustering.trained import Frame, Trained, load_trained
 from ktframe.core import reference
 from ktframe.core.errors import InputError, KtframeError, NotFittedError
 from ktframe.core.names import canonical
+from ktframe.core.result import ClusteringResult
 from ktframe.core.validation import as_tensor, check_gamma, check_n_clusters, check_positive_int, check_rank, check_values
 from ktframe.fast import lloyd as fast
 from ktframe.fast import seeding
@@ -139,7 +140,11 @@ class TransformerKMeans:
     ``random_state``; ``dtype`` (``None``: the input's float dtype, float32 or float64, other
     inputs becoming float64 as in scikit-learn; ``"float32"`` or ``"float64"`` forces one);
     ``variant_options`` for the variant's own options (``gamma`` is the parameter above);
-    ``checkpoint`` (below). docs/estimator.md shows each with an example.
+    ``checkpoint`` (below); ``lloyd_last`` (0 by default): the last of the steps are that many of
+    Lloyd's algorithm, the hand-built ``lloyd`` transformer's (exact), from the centers the model
+    returns after the others — for a soft or trained model, a finish at a fixed point of Lloyd's
+    algorithm (``eval.lloyd_last``'s ``model+lloyd``); ``n_iter_`` counts both parts.
+    docs/estimator.md shows each with an example.
 
     A fit stops spending time on a task once it has settled (``tol``) or an iteration leaves it as
     it was (converged), so ``max_iter=300`` costs what the iterations needed cost; every variant
@@ -227,6 +232,7 @@ class TransformerKMeans:
         dtype: str | None = None,
         variant_options: dict | None = None,
         checkpoint: str | os.PathLike | None = None,
+        lloyd_last: int = 0,
     ) -> None:
         self.n_clusters = n_clusters
         self.variant = variant
@@ -240,6 +246,7 @@ class TransformerKMeans:
         self.dtype = dtype
         self.variant_options = variant_options
         self.checkpoint = checkpoint
+        self.lloyd_last = lloyd_last
 
     # scikit-learn's parameter protocol, so that clone, GridSearchCV and pipelines work.
     @classmethod
@@ -415,6 +422,7 @@ class TransformerKMeans:
             steps = steps if self.n_layers is not None else min(steps, trained.steps)
         else:
             model, frame, reembed = self._model(tensor.shape[-1], k, steps, tensor.dtype), None, False
+        lloyd_last = _check_lloyd_last(self.lloyd_last, steps)
         spec = get_variant(model.variant)
         if weights is not None and not spec.sample_weights:
             takes = _variant_names("sample_weights")
@@ -429,7 +437,9 @@ class TransformerKMeans:
         many, many_weights = _repeat(seen, starts), None if weights is None else _repeat(weights, starts)
         C0 = self._initial_centers(many, k, generator, batched, frame)
         with torch.no_grad():
-            result = model(many, C0, n_steps=steps, reembed=reembed, tol=tol, sample_weight=many_weights)
+            result = model(many, C0, n_steps=steps - lloyd_last, reembed=reembed, tol=tol, sample_weight=many_weights) if steps > lloyd_last else None
+            if lloyd_last:
+                result = _finish_with_lloyd(many, C0, result, lloyd_last, frame, starts, tol=tol, sample_weight=many_weights)
             # The labels of the returned centers (what predict(X) gives), and the objective of
             # those labels: the last layer's assignments may be those of the centers before it.
             labels = fast.nearest(many, result.centers)
@@ -548,6 +558,37 @@ class TransformerKMeans:
         self._check_result("scoring", objective, self._user_centers, self._batched)
         scores = -objective
         return scores.cpu().numpy() if self._batched else float(scores[0])
+
+
+def _check_lloyd_last(lloyd_last: Any, steps: int) -> int:
+    if isinstance(lloyd_last, bool) or not isinstance(lloyd_last, (int, np.integer)) or not 0 <= lloyd_last <= steps:
+        raise InputError(f"lloyd_last must be an integer from 0 to the {steps} steps of the fit (how many of them are Lloyd's); got {lloyd_last!r}")
+    return int(lloyd_last)
+
+
+def _finish_with_lloyd(
+    X: torch.Tensor, C0: torch.Tensor, result: ClusteringResult | None, steps: int, frame: Frame | None, starts: int, **options: Any
+) -> ClusteringResult:
+    """``steps`` of the hand-built ``lloyd`` transformer on ``X`` after the model's ``result``
+    (or from ``C0`` where the model ran none): from its centers as a user gets them (in a
+    checkpoint's frame, a padded coordinate the layer moved them along dropped); the two
+    trajectories one after the other and their iterations added."""
+    centers = C0 if result is None else result.centers if frame is None else _in_frame(frame, result.centers, starts)
+    finish = build_model("lloyd", d=X.shape[-1], k=C0.shape[1], n_layers=steps, dtype=X.dtype)(X, centers, **options)
+    if result is None:
+        return finish
+    return ClusteringResult(
+        centers=finish.centers,
+        assignments=finish.assignments,
+        trajectory=torch.cat([result.trajectory, finish.trajectory[:, 1:]], dim=1),
+        n_iter=result.n_iter + finish.n_iter,
+    )
+
+
+def _in_frame(frame: Frame, centers: torch.Tensor, starts: int) -> torch.Tensor:
+    """Centers ``(B·starts, k, d)`` of the frame as the user gets them, back in the frame."""
+    many, k, d = centers.shape
+    return frame.to_model(_to_user(frame, centers, starts).reshape(many // starts, starts * k, -1)).reshape(many, k, d).to(centers.dtype)
 
 
 def _check_tol(tol: Any) -> float:
