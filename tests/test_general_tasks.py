@@ -291,3 +291,21 @@ def test_a_warm_start_moves_each_steps_initial_centers_by_lloyd_steps() -> None:
         assert torch.equal(X, X2) and torch.equal(labels, labels2)
         torch.testing.assert_close(C2, reference.lloyd(X, C0, steps).centers, rtol=0, atol=0)
         assert torch.equal(C2, C0) == (steps == 0)
+
+
+def test_an_evaluation_on_another_presets_tasks_draws_that_presets_tasks() -> None:
+    from omegaconf import OmegaConf
+
+    from ktframe.evaluation.evaluate import eval_config
+    from ktframe.learning.config import to_dict
+
+    general = to_dict(load_config(["preset=general"]))
+    moved = eval_config(general, ["eval.task_preset=anyk", "eval.ks=[5]"])
+    anyk = load_config(["preset=anyk"]).data
+    assert moved["model"] == general["model"] and moved["data"]["d"] == general["data"]["d"]
+    tasks = lambda data: draw(data, 3, torch.Generator().manual_seed(5), n=64, k=5)
+    drawn = tasks(OmegaConf.create(moved["data"]))
+    assert all(torch.equal(a, b) for a, b in zip(drawn, tasks(anyk)))
+    assert not torch.equal(drawn[0], tasks(OmegaConf.create(general["data"]))[0])
+    with pytest.raises(InputError, match="unknown preset 'anyq'"):
+        eval_config(general, ["eval.task_preset=anyq"])

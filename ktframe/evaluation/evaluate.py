@@ -20,6 +20,7 @@ eval.json are relative: to the run folder for its ``eval/``, else to the eval.js
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -34,10 +35,11 @@ from ktframe.clustering import baselines
 from ktframe.core import reference
 from ktframe.core.errors import InputError
 from ktframe.core.io import check_writable, relative_path, write_atomically
+from ktframe.core.tasks import TaskDistribution
 from ktframe.evaluation.reseed import lloyd_reseed
 from ktframe.fast import lloyd as fast
 from ktframe.learning.checkpoint_io import check_dimensions, load_weights, model_weights, read_checkpoint
-from ktframe.learning.config import check_keys, merge, parse_overrides, to_dict
+from ktframe.learning.config import check_keys, load_config, merge, parse_overrides, to_dict
 from ktframe.learning.data import draw
 from ktframe.learning.module import model_from_config
 from ktframe.plugin.build import get_variant
@@ -127,11 +129,23 @@ def _k_as_ks(values: dict) -> dict:
 
 
 def eval_config(config: dict, overrides: list[str]) -> dict:
-    """The checkpoint's eval settings, with ``eval.*`` / ``data.family`` / ``data.k`` overrides applied."""
+    """The checkpoint's eval settings, with ``eval.*`` / ``data.family`` / ``data.k`` overrides
+    applied; with ``eval.task_preset``, the data keys that describe its tasks taken from that
+    preset (a model evaluated on tasks of another distribution than it was trained on)."""
     values = parse_overrides(overrides)
     check_keys(values)
     _check_eval_overrides(values)
-    return to_dict(merge(config, _k_as_ks(values)))
+    merged = to_dict(merge(config, _k_as_ks(values)))
+    preset = merged["eval"].get("task_preset")
+    if preset is not None:
+        tasks = load_config([f"preset={preset}"]).data
+        merged["data"].update({name: to_dict(tasks)[name] for name in TASK_KEYS if name in tasks})
+    return merged
+
+
+# The data keys that describe a task distribution (ktframe.core.tasks.TaskDistribution): those an
+# evaluation on another preset's tasks takes from it; the model's d and the ks stay the checkpoint's.
+TASK_KEYS = tuple(field.name for field in dataclasses.fields(TaskDistribution))
 
 
 def eval_ks(model: torch.nn.Module, config: dict) -> list[int]:

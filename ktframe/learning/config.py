@@ -160,6 +160,10 @@ class EvalConfig:
     lloyd_last: int = key(
         0, "also report the model with its last N steps taken by Lloyd's algorithm (exact, gamma = inf) instead, as method model+lloyd; 0: not"
     )
+    task_preset: Optional[str] = key(
+        None,
+        "draw the tasks from this preset's task distribution (its data.family, data.std, switches and scaling), e.g. anyk for the paper's; null: the checkpoint's",
+    )
     after_fit: bool = key(False, "evaluate the run's checkpoint (eval.checkpoint) when training ends (run folder's eval/, and W&B)")
     checkpoint: str = key("best", "which checkpoint of a run folder is evaluated: best (lowest val/ratio) or last (the authors' choice)")
     seed_per_run: bool = key(False, "each run's tasks from eval.seed and its trainer.seed (the authors' per-seed sets); false: one set for all runs")
