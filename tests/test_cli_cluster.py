@@ -40,11 +40,11 @@ FILES = {
 # must equal those of the estimator with the parameters in PARAMS
 RUNS = {
     "header": ["header.csv", "--k", "3", "--out", "header-labels.csv"],
-    "plain": ["plain.csv", "--k", "3", "--seed", "5", "--layers", "4", "--dtype", "float32", "--out", "plain-labels.csv"],
+    "plain": ["plain.csv", "--k", "3", "--seed", "5", "--layers", "4", "--dtype", "float32", "--n-init", "3", "--out", "plain-labels.csv"],
     "npy": ["points.npy", "--k", "3", "--variant", "lloyd-dot", "--gamma", "inf", "--init", "k-means++", "--out", "npy-labels.csv"],
     "stdout": ["header.csv", "--k", "3"],
 }
-PARAMS = {"header": {}, "plain": {"random_state": 5, "n_layers": 4, "dtype": "float32"}, "npy": {"variant": "lloyd-dot"}, "stdout": {}}
+PARAMS = {"header": {}, "plain": {"random_state": 5, "n_layers": 4, "dtype": "float32", "n_init": 3}, "npy": {"variant": "lloyd-dot"}, "stdout": {}}
 
 
 @dataclass

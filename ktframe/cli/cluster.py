@@ -26,6 +26,18 @@ def _seed(text: str) -> int:
     return value
 
 
+def _n_init(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1 (the starts run, the best kept); got {text!r}")
+    return value
+
+
 def add_parser(commands) -> None:
     p = commands.add_parser("cluster", help="cluster the rows of a CSV or .npy file")
     p.add_argument("file", help="a .csv (one point a row, optional header) or .npy (2-D array) file")
@@ -47,6 +59,10 @@ def add_parser(commands) -> None:
     p.add_argument("--tol", type=float, default=1e-4, help="stop once an iteration moves the centers by at most tol x the data's mean variance (default: 1e-4)")
     p.add_argument("--gamma", type=parse_gamma, default=math.inf, help="inverse temperature (default: inf, exact)")
     p.add_argument("--init", type=canonical, choices=("k-means++", "random"), default="k-means++", help="(default: k-means++; also spelt kmeans++)")
+    p.add_argument(
+        "--n-init", type=_n_init, default="auto",
+        help="starts run, the one of least objective kept (default: auto, scikit-learn's: 1 for k-means++, 10 for random)",
+    )  # fmt: skip
     p.add_argument("--seed", type=_seed, default=0, help="random seed of the initialisation (default: 0)")
     p.add_argument("--dtype", choices=("float64", "float32"), default=None, help="precision of the points (default: float64, or float32 for a float32 .npy)")
     p.add_argument("--out", help="write labels here (CSV with a 'label' header), never onto FILE; default (or '-'): standard output")
@@ -95,7 +111,7 @@ def run(args) -> int:
         points = load_points(args.file, args.dtype)
         bar.update()
         model = TransformerKMeans(
-            args.k, variant=args.variant, n_layers=layers, tol=args.tol, gamma=args.gamma, init=args.init, random_state=args.seed,
+            args.k, variant=args.variant, n_layers=layers, tol=args.tol, gamma=args.gamma, init=args.init, n_init=args.n_init, random_state=args.seed,
             variant_options=options or None, checkpoint=args.checkpoint, lloyd_last=args.lloyd_last,
         )  # fmt: skip
         labels = model.fit_predict(points)
