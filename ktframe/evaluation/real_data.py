@@ -123,11 +123,11 @@ def model_objectives(trained: Trained, frame: Frame, Y: torch.Tensor, C0: torch.
     ``lloyd_last``, ``model+lloyd``: that many of the steps Lloyd's, from the centers the model
     returns after the others."""
     X64 = Y.double()
-    centers = trained.model(Y, C0, n_steps=trained.steps, reembed=True).centers.double()
+    trajectory = trained.model(Y, C0, n_steps=trained.steps, reembed=True).trajectory.double()
+    centers = trajectory[:, -1]
     logs = {"model": fast.objective(X64, frame.to_model(frame.to_user(centers))).log(), "layer": fast.objective(X64, centers).log()}
-    if lloyd_last:
-        first = trained.model(Y, C0, n_steps=trained.steps - lloyd_last, reembed=True).centers.double() if lloyd_last < trained.steps else C0.double()
-        returned = frame.to_model(frame.to_user(first)).to(Y.dtype)
+    if lloyd_last:  # the same run's centers after its first steps (C0 where there are none)
+        returned = frame.to_model(frame.to_user(trajectory[:, trained.steps - lloyd_last])).to(Y.dtype)
         logs[HYBRID] = fast.objective(X64, fast.lloyd(Y, returned, lloyd_last).centers.double()).log()
     return logs
 
