@@ -741,6 +741,9 @@ class ModelPlan(Plan):
         stopped_points: list[tuple[torch.Tensor, torch.Tensor]] = []  # (tasks, their point streams) when they stopped
         weighted = {} if weights is None else {"sample_weight": weights}
         known = None  # made at the first step that hands it on: see LayerPlan.forward
+        # Python flags spare a step the masked tensor operations while no task has settled or
+        # stopped (most steps): at a small task those operations cost as much as the step.
+        any_settled = any_stopped = False
         for step, layer in enumerate(layers):
             if reembed and step > 0:
                 points, centers = embedding.points(X, model.k), embedding.centers(trajectory[-1])
@@ -749,21 +752,29 @@ class ModelPlan(Plan):
                 if known is None:
                     known = host.filled(tuple(points.shape[:2]), -1)
                 points, centers = layer.plan.forward(layer, points, centers, settled=settled, known=known, **weighted)
-                n_iter[settled & (n_iter == steps)] = step + 1
-            else:
+                any_settled = bool(settled.any())
+                if any_settled:
+                    n_iter[settled & (n_iter == steps)] = step + 1
+            elif any_settled:
                 settled.fill_(False)  # what another layer leaves as it is, this one may change
+                any_settled = False
+                points, centers = layer(points, centers, **weighted)
+            else:
                 points, centers = layer(points, centers, **weighted)
             current = read(centers, model.d).clone()
             if bound is not None:
-                current[stopped] = trajectory[-1][stopped]
-                now = ~stopped & (center_shift(trajectory[-1], current) <= bound)
-                if bool(now.any()):
-                    n_iter[now] = step + 1
-                    stopped_points.append((now.nonzero().squeeze(1), points[now].clone()))
-                    stopped |= now
+                within = center_shift(trajectory[-1], current) <= bound
+                if any_stopped:
+                    current[stopped] = trajectory[-1][stopped]
+                    within &= ~stopped
+                if bool(within.any()):
+                    n_iter[within] = step + 1
+                    stopped_points.append((within.nonzero().squeeze(1), points[within].clone()))
+                    stopped |= within
+                    any_stopped = True
             trajectory.append(current)
             # Every remaining step would leave every task as it is, or is not read.
-            if bool(settled.all()) or (bound is not None and bool(stopped.all())):
+            if (any_settled and bool(settled.all())) or (any_stopped and bool(stopped.all())):
                 trajectory += [current] * (steps - step - 1)
                 break
         for tasks, kept in stopped_points:
