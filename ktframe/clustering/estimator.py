@@ -470,8 +470,10 @@ class TransformerKMeans:
         """Refuse an objective or centers that are not finite, which no result may hold: the
         input's magnitude is checked, but a sum of n squared distances can still overflow, and so
         can gamma times one at a finite gamma."""
+        if math.isfinite(objective.sum().item() + centers.sum().item()):  # one sum each: only a non-finite one looks closer
+            return
         bad = ~(torch.isfinite(objective) & torch.isfinite(centers).flatten(1).all(dim=1))
-        if not bool(bad.any()):
+        if not bool(bad.any()):  # finite entries whose sum overflows
             return
         task = int(bad.nonzero()[0])
         value = objective[task].item()
