@@ -229,7 +229,7 @@ def test_isotropic_scaling_keeps_the_geometry_and_makes_the_largest_span_one() -
 def test_the_general_preset_draws_tasks_of_every_switch_reproducibly() -> None:
     cfg = load_config(["preset=general"]).data
     tasks = TaskDistribution.of(cfg)
-    assert tasks.rotate and tasks.scaling == "isotropic" and all(family in FAMILIES for family in tasks.families)
+    assert tasks.rotate and tasks.scaling == "rms" and tasks.components == (1, 16) and all(family in FAMILIES for family in tasks.families)
     shapes = set()
     for seed in range(4):
         X, C0, labels = draw_step(cfg, torch.Generator().manual_seed(seed))
@@ -237,7 +237,9 @@ def test_the_general_preset_draws_tasks_of_every_switch_reproducibly() -> None:
         assert all(torch.equal(a, b) for a, b in zip((X, C0, labels), again))
         n, k = X.shape[1], C0.shape[1]
         assert X.shape == (32, n, 32) and C0.shape == (32, k, 32) and 128 <= n <= 1024 and 2 <= k <= 16
-        assert torch.isfinite(X).all() and torch.allclose((X.amax(1) - X.amin(1)).amax(1), torch.ones(32))
+        # The RMS frame: each task's mean at 0, its points at RMS distance 1 from it.
+        rms = X.square().sum(dim=-1).mean(dim=1).sqrt()
+        assert torch.isfinite(X).all() and torch.allclose(X.mean(dim=1), torch.zeros(32, 32), atol=1e-5) and torch.allclose(rms, torch.ones(32))
         shapes.add((n, k))
     assert len(shapes) == 4
     other = draw_step(cfg, torch.Generator().manual_seed(99))[0]
