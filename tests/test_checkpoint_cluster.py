@@ -123,7 +123,7 @@ def test_seeded_starts_and_several_of_them() -> None:
     np.testing.assert_array_equal(fitted.cluster_centers_, again.cluster_centers_)
     best = TransformerKMeans(10, checkpoint=PAPER, init="random", n_init=3, random_state=0).fit(IRIS)
     one = TransformerKMeans(10, checkpoint=PAPER, init="random", n_init=1, random_state=0).fit(IRIS)
-    assert best.inertia_ <= one.inertia_
+    assert best.inertia_ <= one.inertia_ * (1 + 1e-12)  # its first start is the one start, run in a batch of three: equal up to rounding
     assert fitted.cluster_centers_.dtype == np.float64
     float32 = TransformerKMeans(10, checkpoint=PAPER, random_state=0).fit(IRIS.astype(np.float32))
     assert float32.cluster_centers_.dtype == np.float32
