@@ -755,11 +755,9 @@ class ModelPlan(Plan):
                 any_settled = bool(settled.any())
                 if any_settled:
                     n_iter[settled & (n_iter == steps)] = step + 1
-            elif any_settled:
+            else:
                 settled.fill_(False)  # what another layer leaves as it is, this one may change
                 any_settled = False
-                points, centers = layer(points, centers, **weighted)
-            else:
                 points, centers = layer(points, centers, **weighted)
             current = read(centers, model.d).clone()
             if bound is not None:
