@@ -56,7 +56,7 @@ QUICK = [
     pytest.param(["clsuter", "x.csv"], 2, "unknown command 'clsuter'; did you mean 'cluster'?", id="misspelt-command"),
     pytest.param(["fit", "--trainer.max_steps=20"], 2, "ktframe takes trainer.max_steps=20, without the dashes", id="lightningcli-style"),
     pytest.param(["fit", "--trainer.max_steps", "20"], 2, "ktframe takes trainer.max_steps=20, without the dashes", id="lightningcli-style-spaced"),
-    pytest.param(["fit", "-m", "--jobs", "0"], 2, "--jobs: must be a positive integer", id="fit-usage"),
+    pytest.param(["fit", "-m", "--jobs", "0"], 2, "--jobs: expected an integer >= 1", id="fit-usage"),
     pytest.param(["eval"], 2, "the following arguments are required: checkpoint", id="eval-usage"),
     pytest.param(["report", "runs", "--bogus"], 2, "unrecognized arguments: --bogus", id="report-usage"),
     pytest.param(["cluster", "points.csv"], 2, "the following arguments are required: --k/--n-clusters", id="cluster-usage"),

@@ -3,39 +3,16 @@ variant or (``--checkpoint``) a trained model."""
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import signal
 import sys
 
 from ktframe.cli import progress
-from ktframe.cli.options import parse_gamma, parse_option, variant_options
+from ktframe.cli.options import integer, parse_gamma, parse_option, variant_options
 from ktframe.core.errors import InputError
 from ktframe.core.io import output_path, write_atomically
 from ktframe.core.names import canonical
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"the seed must be a non-negative integer; got {text!r}")
-    return value
-
-
-def _n_init(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 1 (the starts run, the best kept); got {text!r}")
-    return value
 
 
 def add_parser(commands) -> None:
@@ -60,10 +37,10 @@ def add_parser(commands) -> None:
     p.add_argument("--gamma", type=parse_gamma, default=math.inf, help="inverse temperature (default: inf, exact)")
     p.add_argument("--init", type=canonical, choices=("k-means++", "random"), default="k-means++", help="(default: k-means++; also spelt kmeans++)")
     p.add_argument(
-        "--n-init", type=_n_init, default="auto",
+        "--n-init", type=integer(1, word="auto", meaning="the starts run, the best kept"), default="auto",
         help="starts run, the one of least objective kept (default: auto, scikit-learn's: 1 for k-means++, 10 for random)",
     )  # fmt: skip
-    p.add_argument("--seed", type=_seed, default=0, help="random seed of the initialisation (default: 0)")
+    p.add_argument("--seed", type=integer(0), default=0, help="random seed of the initialisation (default: 0)")
     p.add_argument("--dtype", choices=("float64", "float32"), default=None, help="precision of the points (default: float64, or float32 for a float32 .npy)")
     p.add_argument("--out", help="write labels here (CSV with a 'label' header), never onto FILE; default (or '-'): standard output")
     p.set_defaults(run=run)

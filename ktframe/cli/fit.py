@@ -8,17 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from ktframe.cli.options import integer
 from ktframe.core.errors import InputError
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text!r}")
-    return value
 
 
 def epilog(overrides: Sequence[str]) -> str:
@@ -56,7 +47,7 @@ def add_parser(commands) -> None:
     p.add_argument(
         "-m", "--multirun", action="store_true", help="run every combination of the comma lists (KEY=a,b,c) as a run of its own, in one sweep folder"
     )
-    p.add_argument("--jobs", type=_positive, default=None, help="with -m: runs at once (default: 1)")
+    p.add_argument("--jobs", type=integer(1), default=None, help="with -m: runs at once (default: 1)")
     p.set_defaults(run=run)
 
 

@@ -4,6 +4,28 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
+
+
+def integer(minimum: int, *, word: str | None = None, meaning: str = "") -> Callable[[str], int | str]:
+    """An argparse type: an integer of at least ``minimum`` (or the word ``word`` itself, as
+    given), else the error "expected an integer >= minimum; got 'text'" (``meaning`` added to
+    what is expected)."""
+    expected = f"an integer >= {minimum}" if word is None else f"{word!r} or an integer >= {minimum}"
+    expected += f" ({meaning})" if meaning else ""
+
+    def parse(text: str) -> int | str:
+        if word is not None and text == word:
+            return text
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {expected}; got {text!r}")
+        return value
+
+    return parse
 
 
 def parse_gamma(text: str) -> float:
