@@ -5,7 +5,9 @@ scikit-learn, many small tasks, a training step, ``ktframe cluster`` — each ru
 from each checkout (its own script, its own ktframe and plugins on ``PYTHONPATH``), the two
 checkouts taking turns round by round and in alternating order (A B, B A, ...), so that a slow
 spell of a shared machine falls on both. Every figure is printed as the median of its rounds for
-each checkout, with its range, and the ratio after / before of the medians; a ratio against the
+each checkout, with its range, the ratio after / before of the medians, and the ratio paired by
+round: the geometric mean over the rounds of each round's after / before, with its 95 %
+t-interval, which says how far the machine's noise leaves the ratio open. A ratio against the
 competing tool is taken within one process, which cancels most of the machine's load. Not a test.
 
     python benchmarks/before_after.py ../ktframe-before            # each script's default sizes
@@ -15,6 +17,7 @@ competing tool is taken within one process, which cancels most of the machine's 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import statistics
@@ -28,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 # one number); a pattern that matches once per setting (lloyd_vs_sklearn's) is labelled by setting.
 BENCHMARKS = {
     "lloyd_vs_sklearn.py": (
-        ["--settings", "50000,32,100", "50000,2,16", "--repeats", "3"],
+        ["--settings", "50000,32,100", "50000,2,16", "--repeats", "7"],
         [
             ("model, ms / iteration", r"ktframe\s+([\d.]+) ms / iteration"),
             ("fit, ms / iteration", r"ktframe fit\s+([\d.]+) ms / iteration"),
@@ -38,7 +41,7 @@ BENCHMARKS = {
         ],
     ),
     "many_small_tasks.py": (
-        ["--tasks", "256", "--repeats", "3"],
+        ["--tasks", "256", "--repeats", "7"],
         [
             ("model, ms", r"one batched call\s+([\d.]+) ms"),
             ("steps one by one, ms", r"steps one by one\s+([\d.]+) ms"),
@@ -66,6 +69,20 @@ BENCHMARKS = {
     ),
 }
 SETTING = r"^n=(\d+) d=(\d+) k=(\d+)"
+# Two-sided 95 % quantiles of Student's t by degrees of freedom (beyond the table: the normal's).
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18, 14: 2.14, 16: 2.12, 20: 2.09, 30: 2.04}
+
+
+def paired(before: list[float], after: list[float]) -> str:
+    """The geometric mean of the rounds' ratios after / before, with its 95 % t-interval."""
+    logs = [math.log(a / b) for b, a in zip(before, after)]
+    mean = statistics.mean(logs)
+    if len(logs) < 2:
+        return f"{math.exp(mean):5.2f}"
+    df = len(logs) - 1
+    t = T95[max(key for key in T95 if key <= df)] if df <= 30 else 1.96
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    return f"{math.exp(mean):5.2f} [{math.exp(mean - half):.2f}, {math.exp(mean + half):.2f}]"
 
 
 def run(checkout: Path, script: str, arguments: list[str], threads: int | None) -> dict[str, float]:
@@ -107,14 +124,17 @@ def main() -> None:
                     seen[script][name].setdefault(label, []).append(value)
         print(f"round {round_ + 1} of {args.rounds} done after {time.perf_counter() - start:.0f} s", file=sys.stderr)
     threads = "" if args.threads is None else f", OMP_NUM_THREADS={args.threads}"
-    print(f"before: {checkouts['before']}\nafter:  {checkouts['after']}\n{args.rounds} rounds{threads}, medians [range]; ratio after / before of the medians")
+    print(
+        f"before: {checkouts['before']}\nafter:  {checkouts['after']}\n{args.rounds} rounds{threads}, medians [range]; after / before: of the medians,"
+        " and paired by round (geometric mean [95 % interval])"
+    )
     for script in scripts:
         print(f"\n{script} {' '.join(BENCHMARKS[script][0]) if args.quick else '(default sizes)'}")
         for label, before in seen[script]["before"].items():
             after = seen[script]["after"][label]
             b, a = statistics.median(before), statistics.median(after)
             span = "  ".join(f"{statistics.median(v):10.2f} [{min(v):.2f}-{max(v):.2f}]" for v in (before, after))
-            print(f"  {label:<48} {span}   {a / b:5.2f}")
+            print(f"  {label:<48} {span}   {a / b:5.2f}   {paired(before, after)}")
 
 
 if __name__ == "__main__":
