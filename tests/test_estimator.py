@@ -364,6 +364,16 @@ def test_a_refit_reuses_the_model_only_while_its_settings_stay() -> None:
     assert clone(estimator).__dict__.get("_built") is None  # a clone starts from its parameters alone
 
 
+def test_a_refit_reuses_the_lloyd_finish_while_its_steps_stay() -> None:
+    estimator = TransformerKMeans(3, variant="soft", gamma=5.0, init="random", random_state=0, max_iter=6, lloyd_last=2, tol=0)
+    first = estimator.fit(X).cluster_centers_.copy()
+    finish = estimator._built_finish[1]
+    np.testing.assert_array_equal(estimator.fit(X).cluster_centers_, first)
+    assert estimator._built_finish[1] is finish
+    estimator.set_params(lloyd_last=3).fit(X)
+    assert estimator._built_finish[1] is not finish and estimator._built_finish[0][2] == 3
+
+
 # --- many tasks at once -----------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import os
 import sys
 import types
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -292,10 +293,19 @@ class TransformerKMeans:
         reuse changes no result."""
         options = _check_variant_options(self.variant_options)
         key = (self.variant, d, k, steps, self.gamma, dtype, repr(sorted(options.items())))
-        cached = vars(self).get("_built")
+        return self._kept("_built", key, lambda: build_model(self.variant, d=d, k=k, n_layers=steps, gamma=self.gamma, dtype=dtype, **options))
+
+    def _lloyd(self, d: int, k: int, steps: int, dtype: torch.dtype) -> torch.nn.Module:
+        """The hand-built ``lloyd`` model of ``lloyd_last``'s finish, kept as :meth:`_model` is."""
+        return self._kept("_built_finish", (d, k, steps, dtype), lambda: build_model("lloyd", d=d, k=k, n_layers=steps, dtype=dtype))
+
+    def _kept(self, slot: str, key: tuple, build: Callable[[], Any]) -> Any:
+        """What ``build`` makes, kept in the attribute ``slot`` with its ``key`` and made again only
+        when the key changes."""
+        cached = vars(self).get(slot)
         if cached is None or cached[0] != key:
-            model = build_model(self.variant, d=d, k=k, n_layers=steps, gamma=self.gamma, dtype=dtype, **options)
-            self._built = cached = (key, model)
+            cached = (key, build())
+            setattr(self, slot, cached)
         return cached[1]
 
     def _trained(self, dtype: torch.dtype) -> Trained:
@@ -310,12 +320,13 @@ class TransformerKMeans:
         except (OSError, TypeError, ValueError):
             stamp = None  # load_trained says what is wrong with it
         key = ("checkpoint", os.fspath(self.checkpoint) if isinstance(self.checkpoint, (str, os.PathLike)) else repr(self.checkpoint), stamp, dtype)
-        cached = vars(self).get("_built")
-        if cached is None or cached[0] != key:
+
+        def load() -> Trained:
             trained = load_trained(self.checkpoint)
             trained.model.to(dtype)
-            self._built = cached = (key, trained)
-        return cached[1]
+            return trained
+
+        return self._kept("_built", key, load)
 
     def _n_starts(self) -> int:
         """How many starts a fit runs: ``n_init``, by scikit-learn's rule."""
@@ -439,7 +450,8 @@ class TransformerKMeans:
         with torch.no_grad():
             result = model(many, C0, n_steps=steps - lloyd_last, reembed=reembed, tol=tol, sample_weight=many_weights) if steps > lloyd_last else None
             if lloyd_last:
-                result = _finish_with_lloyd(many, C0, result, lloyd_last, frame, starts, tol=tol, sample_weight=many_weights)
+                finish = self._lloyd(many.shape[-1], k, lloyd_last, many.dtype)
+                result = _finish_with_lloyd(finish, many, C0, result, frame, starts, tol=tol, sample_weight=many_weights)
             # The labels of the returned centers (what predict(X) gives), and the objective of
             # those labels: the last layer's assignments may be those of the centers before it.
             labels = fast.nearest(many, result.centers)
@@ -569,14 +581,14 @@ def _check_lloyd_last(lloyd_last: Any, steps: int) -> int:
 
 
 def _finish_with_lloyd(
-    X: torch.Tensor, C0: torch.Tensor, result: ClusteringResult | None, steps: int, frame: Frame | None, starts: int, **options: Any
+    lloyd: torch.nn.Module, X: torch.Tensor, C0: torch.Tensor, result: ClusteringResult | None, frame: Frame | None, starts: int, **options: Any
 ) -> ClusteringResult:
-    """``steps`` of the hand-built ``lloyd`` transformer on ``X`` after the model's ``result``
-    (or from ``C0`` where the model ran none): from its centers as a user gets them (in a
+    """The hand-built ``lloyd`` transformer's steps on ``X`` after the model's ``result`` (or
+    from ``C0`` where the model ran none): from its centers as a user gets them (in a
     checkpoint's frame, a padded coordinate the layer moved them along dropped); the two
     trajectories one after the other and their iterations added."""
     centers = C0 if result is None else result.centers if frame is None else _in_frame(frame, result.centers, starts)
-    finish = build_model("lloyd", d=X.shape[-1], k=C0.shape[1], n_layers=steps, dtype=X.dtype)(X, centers, **options)
+    finish = lloyd(X, centers, **options)
     if result is None:
         return finish
     return ClusteringResult(
