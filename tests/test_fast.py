@@ -330,3 +330,22 @@ def test_the_workspace_lets_go_of_buffers_whose_shape_no_step_asks_for_again():
         dropped = fast.attention.dropped_positions(torch.Size((2, n, n)), 0.1, g)
         fast.attention.softmax_dropout_attention(q, k, v, 0.5, 0.1, dropped, workspace).sum().backward()
         assert len(workspace._buffers) <= 2
+
+
+def test_tasks_that_stop_at_different_steps_keep_their_streams_one_step_at_a_time() -> None:
+    # 300 points per task, more than one tile of the arg-max: the fast model takes its steps one
+    # by one, and a task that stops (its center shift within tol) keeps the streams of that step
+    # while the others go on.
+    generator = torch.Generator().manual_seed(0)
+    X = torch.rand(12, 300, 1, generator=generator, dtype=torch.float64)
+    C0 = X[:, :4].clone()
+    results = []
+    for accelerated in (True, False):
+        built = ktframe.build_model("lloyd", d=1, k=4, n_layers=40, dtype="float64", fast=accelerated)
+        with torch.no_grad():
+            results.append(built(X, C0, tol=1e-4))
+    quick, plain = results
+    assert len(set(plain.n_iter.tolist())) > 1 and int(plain.n_iter.max()) < 40, "tasks should stop at different steps"
+    assert torch.equal(quick.n_iter, plain.n_iter)
+    assert torch.equal(quick.assignments, plain.assignments)
+    torch.testing.assert_close(quick.trajectory, plain.trajectory, rtol=0, atol=1e-14)

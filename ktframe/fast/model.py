@@ -744,7 +744,13 @@ class ModelPlan(Plan):
         # Python flags spare a step the masked tensor operations while no task has settled or
         # stopped (most steps): at a small task those operations cost as much as the step.
         any_settled = any_stopped = False
+        # The tasks that stopped at the step before: their point streams are kept aside only
+        # once another step follows, which would change them (a copy of the whole stream).
+        just_stopped = None
         for step, layer in enumerate(layers):
+            if just_stopped is not None:
+                stopped_points.append((just_stopped, points[just_stopped].clone()))
+                just_stopped = None
             if reembed and step > 0:
                 points, centers = embedding.points(X, model.k), embedding.centers(trajectory[-1])
             watch = self.skip_settled and not reembed and not torch.is_grad_enabled() and layer.plan is not None and layer.plan.reports_settled
@@ -767,7 +773,7 @@ class ModelPlan(Plan):
                     within &= ~stopped
                 if bool(within.any()):
                     n_iter[within] = step + 1
-                    stopped_points.append((within.nonzero().squeeze(1), points[within].clone()))
+                    just_stopped = within.nonzero().squeeze(1)
                     stopped |= within
                     any_stopped = True
             trajectory.append(current)
