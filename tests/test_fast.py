@@ -349,3 +349,21 @@ def test_tasks_that_stop_at_different_steps_keep_their_streams_one_step_at_a_tim
     assert torch.equal(quick.n_iter, plain.n_iter)
     assert torch.equal(quick.assignments, plain.assignments)
     torch.testing.assert_close(quick.trajectory, plain.trajectory, rtol=0, atol=1e-14)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the kernels' rounding bounds are relative to the numbers' magnitudes, which does not hold where float32 squared distances are subnormal",
+)
+def test_the_fast_model_computes_the_definition_on_float32_data_near_underflow() -> None:
+    generator = torch.Generator().manual_seed(0)
+    X = (torch.rand(512, 200, 1, generator=generator) * 1e-20).float()
+    C0 = X[:, :4].clone()
+    results = []
+    for accelerated in (True, False):
+        built = ktframe.build_model("lloyd", d=1, k=4, n_layers=30, dtype="float32", fast=accelerated)
+        with torch.no_grad():
+            results.append(built(X, C0))
+    quick, plain = results
+    assert torch.equal(quick.n_iter, plain.n_iter)
+    assert torch.equal(quick.assignments, plain.assignments)
