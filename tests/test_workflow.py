@@ -231,7 +231,7 @@ BAD = [
     pytest.param(["-m", "data.sed=0,1"], "unknown config key 'data.sed'", id="unknown-key-in-sweep"),
     pytest.param(["-m", "data.seed=a,b"], "'data.seed'", id="wrong-type-in-sweep"),
     pytest.param(["-m", "name=a,b"], "name cannot be swept", id="swept-name"),
-    pytest.param(["-m", "--jobs", "0", "data.seed=0,1"], "--jobs: must be a positive integer", id="jobs-0"),
+    pytest.param(["-m", "--jobs", "0", "data.seed=0,1"], "--jobs: expected an integer >= 1", id="jobs-0"),
     pytest.param(["--jobs", "2"], "--jobs needs -m", id="jobs-without-m"),
     pytest.param(["data.seed=0,1"], "ktframe fit -m data.seed=0,1", id="sweep-without-m"),
     pytest.param(["trainer.gradient_clip=1.0"], "did you mean 'trainer.gradient_clip_val'", id="misspelt-trainer-key"),
