@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+import scipy.stats
+
 HERE = Path(__file__).resolve().parent
 # Per script: its arguments with --quick, and the figures read off its output, (label, pattern of
 # one number); a pattern that matches once per setting (lloyd_vs_sklearn's) is labelled by setting.
@@ -69,8 +71,6 @@ BENCHMARKS = {
     ),
 }
 SETTING = r"^n=(\d+) d=(\d+) k=(\d+)"
-# Two-sided 95 % quantiles of Student's t by degrees of freedom (beyond the table: the normal's).
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 12: 2.18, 14: 2.14, 16: 2.12, 20: 2.09, 30: 2.04}
 
 
 def paired(before: list[float], after: list[float]) -> str:
@@ -79,9 +79,7 @@ def paired(before: list[float], after: list[float]) -> str:
     mean = statistics.mean(logs)
     if len(logs) < 2:
         return f"{math.exp(mean):5.2f}"
-    df = len(logs) - 1
-    t = T95[max(key for key in T95 if key <= df)] if df <= 30 else 1.96
-    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = scipy.stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return f"{math.exp(mean):5.2f} [{math.exp(mean - half):.2f}, {math.exp(mean + half):.2f}]"
 
 

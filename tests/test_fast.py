@@ -332,19 +332,23 @@ def test_the_workspace_lets_go_of_buffers_whose_shape_no_step_asks_for_again():
         assert len(workspace._buffers) <= 2
 
 
+def _lloyd_fast_and_plain(X: torch.Tensor, C0: torch.Tensor, steps: int, **options) -> list:
+    """The hand-built lloyd model's results on the tasks, fast path first, then the plain definition."""
+    results = []
+    for accelerated in (True, False):
+        built = ktframe.build_model("lloyd", d=X.shape[-1], k=C0.shape[1], n_layers=steps, dtype=X.dtype, fast=accelerated)
+        with torch.no_grad():
+            results.append(built(X, C0, **options))
+    return results
+
+
 def test_tasks_that_stop_at_different_steps_keep_their_streams_one_step_at_a_time() -> None:
     # 300 points per task, more than one tile of the arg-max: the fast model takes its steps one
     # by one, and a task that stops (its center shift within tol) keeps the streams of that step
     # while the others go on.
     generator = torch.Generator().manual_seed(0)
     X = torch.rand(12, 300, 1, generator=generator, dtype=torch.float64)
-    C0 = X[:, :4].clone()
-    results = []
-    for accelerated in (True, False):
-        built = ktframe.build_model("lloyd", d=1, k=4, n_layers=40, dtype="float64", fast=accelerated)
-        with torch.no_grad():
-            results.append(built(X, C0, tol=1e-4))
-    quick, plain = results
+    quick, plain = _lloyd_fast_and_plain(X, X[:, :4].clone(), 40, tol=1e-4)
     assert len(set(plain.n_iter.tolist())) > 1 and int(plain.n_iter.max()) < 40, "tasks should stop at different steps"
     assert torch.equal(quick.n_iter, plain.n_iter)
     assert torch.equal(quick.assignments, plain.assignments)
@@ -358,12 +362,6 @@ def test_tasks_that_stop_at_different_steps_keep_their_streams_one_step_at_a_tim
 def test_the_fast_model_computes_the_definition_on_float32_data_near_underflow() -> None:
     generator = torch.Generator().manual_seed(0)
     X = (torch.rand(512, 200, 1, generator=generator) * 1e-20).float()
-    C0 = X[:, :4].clone()
-    results = []
-    for accelerated in (True, False):
-        built = ktframe.build_model("lloyd", d=1, k=4, n_layers=30, dtype="float32", fast=accelerated)
-        with torch.no_grad():
-            results.append(built(X, C0))
-    quick, plain = results
+    quick, plain = _lloyd_fast_and_plain(X, X[:, :4].clone(), 30)
     assert torch.equal(quick.n_iter, plain.n_iter)
     assert torch.equal(quick.assignments, plain.assignments)
