@@ -20,8 +20,8 @@ def integer(minimum: int, *, word: str | None = None, meaning: str = "") -> Call
         try:
             value = int(text)
         except ValueError:
-            value = minimum - 1
-        if value < minimum:
+            value = None
+        if value is None or value < minimum:
             raise argparse.ArgumentTypeError(f"expected {expected}; got {text!r}")
         return value
 
