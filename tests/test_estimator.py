@@ -192,6 +192,7 @@ def test_params_round_trip_and_clone() -> None:
         variant_options={"share_weights": False},
         checkpoint=None,
         lloyd_last=2,
+        swaps=1,
     )
     estimator = TransformerKMeans(**params)
     got = estimator.get_params()

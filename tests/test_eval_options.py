@@ -240,6 +240,35 @@ def test_lloyd_last_out_of_range_is_one_line(fixed, tmp_path):
     assert "'eval.lloyd_last' must be an integer >= 0; got -1" in refused(fixed, tmp_path / "out", "eval.lloyd_last=-1")
 
 
+def test_swaps_follow_the_models_and_lloyds_final_centers(fixed, tmp_path):
+    """eval.swaps adds, at their end only, the swaps after model+lloyd's final centers and after
+    Lloyd's, recomputed here from the setting's tasks (one batch) with the evaluation's draws; the
+    curves are as without them, and a swap never raises the objective."""
+    from ktframe.evaluation.evaluate import _SWAPS, _derived_seed, _finish_with_lloyd
+    from ktframe.fast.lloyd import lloyd
+    from ktframe.fast.swaps import swap
+
+    plain = evaluate(fixed, tmp_path / "plain", "eval.batch_size=4", "eval.inits=[random]", "eval.ns=[32]", "eval.lloyd_last=2")
+    report = evaluate(fixed, tmp_path / "swapped", "eval.batch_size=4", "eval.inits=[random]", "eval.ns=[32]", "eval.lloyd_last=2", "eval.swaps=2")
+    setting = report["settings"][0]
+    assert setting["log_objective"] == plain["settings"][0]["log_objective"]
+    assert set(setting["final"]) == {"model+lloyd+swaps", "lloyd+swaps"}
+    assert setting["final"]["model+lloyd+swaps"] <= setting["log_objective"]["model+lloyd"][-1] + 1e-9
+    assert setting["final"]["lloyd+swaps"] <= setting["log_objective"]["lloyd"][-1] + 1e-9
+    assert set(setting["versus"]) == {"model", "model+lloyd", "model+lloyd+swaps"} and "lloyd+swaps" in setting["versus"]["model+lloyd+swaps"]
+    config, model = load_checkpoint(fixed)
+    X, C0, _ = draw(OmegaConf.create(config["data"]), 4, torch.Generator().manual_seed(777 * 100_003 + 32), n=32, init="random")
+    with torch.no_grad():
+        finished = _finish_with_lloyd(X, model(X, C0, n_steps=3, reembed=True).trajectory, 2)[:, -1]
+    draws = _derived_seed(_SWAPS, 777, 32, 3, 0)
+    expected = {
+        "model+lloyd+swaps": swap(X, finished, 2, 3, torch.Generator().manual_seed(draws)).objective.log().mean().item(),
+        "lloyd+swaps": swap(X, lloyd(X, C0, 3).centers, 2, 3, torch.Generator().manual_seed(draws)).objective.log().mean().item(),
+    }
+    assert setting["final"] == pytest.approx(expected, rel=1e-9)
+    assert "'eval.swaps' must be an integer >= 0; got -1" in refused(fixed, tmp_path / "out", "eval.swaps=-1")
+
+
 # --------------------------------------------------------------------------------------------------
 # 5. How sure a comparison is (versus)
 

@@ -22,10 +22,13 @@ from ktframe.clustering.estimator import TransformerKMeans
 from ktframe.core.errors import InputError
 from ktframe.evaluation import real_data
 from ktframe.evaluation.datasets import DATASETS
+from ktframe.fast.swaps import swap
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER, ANYK = ROOT / "results" / "paper-seed0.ckpt", ROOT / "results" / "anyk-seed0.ckpt"
 LLOYD_LAST = 5
+SWAPS = 2
+SWAPPED = real_data.swapped_name(LLOYD_LAST)
 
 
 def ktframe_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -35,11 +38,12 @@ def ktframe_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     """Both committed checkpoints on iris (zero-padded) and digits (PCA-reduced) at k = 3 and 10,
-    two samples each, through the command, with the model's last LLOYD_LAST steps Lloyd's beside."""
+    two samples each, through the command, with the model's last LLOYD_LAST steps Lloyd's beside,
+    and SWAPS swaps after them and after Lloyd's."""
     folder = tmp_path_factory.mktemp("real-data")
     done = ktframe_cli(
         "real-data", "--checkpoint", str(PAPER), "--checkpoint", str(ANYK), "--datasets", "iris,digits", "--ks", "3,10", "--samples", "2",
-        "--lloyd-last", str(LLOYD_LAST), "--out", "out", "--json", cwd=folder,
+        "--lloyd-last", str(LLOYD_LAST), "--swaps", str(SWAPS), "--out", "out", "--json", cwd=folder,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     written = json.loads((folder / "out" / "report.json").read_text())
@@ -79,7 +83,7 @@ def test_the_baselines_do_not_depend_on_the_checkpoint_of_one_frame(report):
     _, found = report
     for dataset in ("iris", "digits"):
         paper, anyk = _row(found, "paper-seed0.ckpt", dataset, 10), _row(found, "anyk-seed0.ckpt", dataset, 10)
-        ours = ("model", real_data.HYBRID)
+        ours = ("model", real_data.HYBRID, SWAPPED)
         assert {m: v for m, v in paper["per_sample"].items() if m not in ours} == {m: v for m, v in anyk["per_sample"].items() if m not in ours}
         assert paper["per_sample"]["model"] != anyk["per_sample"]["model"]
 
@@ -88,12 +92,14 @@ def test_means_differences_and_their_intervals_are_those_of_the_samples(report):
     _, found = report
     for row in found["rows"]:
         samples = {m: np.array(v) for m, v in row["per_sample"].items()}
-        assert set(samples) == {*real_data.METHODS, real_data.HYBRID} and all(len(v) == 2 for v in samples.values())
+        assert set(samples) == {*real_data.METHODS, real_data.HYBRID, SWAPPED, real_data.SWAPPED_LLOYD} and all(len(v) == 2 for v in samples.values())
         for method, values in samples.items():
             assert math.isclose(row["log_objective"][method]["mean"], values.mean(), rel_tol=1e-12)
         compared = [("model", other, versus) for other, versus in row["versus"].items()]
         compared += [(real_data.HYBRID, other, versus) for other, versus in row["hybrid_versus"].items()]
+        compared += [(SWAPPED, other, versus) for other, versus in row["swapped_versus"].items()]
         assert {other for ours, other, _ in compared if ours == real_data.HYBRID} == set(real_data.METHODS[1:])
+        assert {other for ours, other, _ in compared if ours == SWAPPED} == {*real_data.METHODS[1:], real_data.SWAPPED_LLOYD}
         for ours, other, versus in compared:
             difference = samples[ours] - samples[other]
             half = stats.t.ppf(0.975, 1) * difference.std(ddof=1) / math.sqrt(2)
@@ -102,6 +108,8 @@ def test_means_differences_and_their_intervals_are_those_of_the_samples(report):
             assert versus["below"] == int((difference < 0).sum())
         # Lloyd run to convergence ends no higher than its 20 iterations, from the same start
         assert (samples["lloyd-converged"] <= samples["lloyd"] + 1e-6).all()
+        # a swap is kept only where it lowers the objective
+        assert (samples[SWAPPED] <= samples[real_data.HYBRID] + 1e-6).all() and (samples[real_data.SWAPPED_LLOYD] <= samples["lloyd"] + 1e-6).all()
         # Dropping the padded coordinates of the layer's centers can only bring them nearer the
         # data; a PCA frame loses nothing mapping them to the user's units and back.
         before, after = row["model_before_projection"]["mean"], row["log_objective"]["model"]["mean"]
@@ -131,6 +139,10 @@ def _independent(points: np.ndarray, Y: np.ndarray, row: dict, checkpoint: Path,
         labels = ((Y[:, None] - C[None]) ** 2).sum(-1).argmin(1)
         C = np.stack([Y[labels == j].mean(0) if (labels == j).any() else C[j] for j in range(len(C))])
     assert math.isclose(_objective(Y, C), row["per_sample"][real_data.HYBRID][0], abs_tol=2e-4)
+    # the swaps from those centers, each followed by the model's steps of Lloyd's, the sample's own draws
+    draws = real_data._generator(real_data._SWAPS, 0, row["dataset"], row["k"], 0)
+    swapped = swap(torch.from_numpy(Y)[None].float(), torch.from_numpy(C)[None].float(), SWAPS, row["steps"], draws).objective.log().item()
+    assert math.isclose(swapped, row["per_sample"][SWAPPED][0], abs_tol=2e-4)
     # and the estimator's own door to it
     hybrid = TransformerKMeans(n_clusters=row["k"], init=points[start], checkpoint=checkpoint, lloyd_last=LLOYD_LAST, tol=0).fit(points)
     assert hybrid.n_iter_ <= row["steps"]
@@ -185,6 +197,7 @@ def test_a_report_is_never_replaced_unless_its_folder_is_named(tmp_path, monkeyp
         (["--seed", "-1"], "--seed -1: expected a seed >= 0"),
         (["--lloyd-last", "-1"], "--lloyd-last -1: expected a number of steps >= 0"),
         (["--lloyd-last", "21"], "runs 20 steps; expected at most 20 of them Lloyd's"),
+        (["--swaps", "-1"], "--swaps -1: expected a number of swaps >= 0"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, arguments, expected):

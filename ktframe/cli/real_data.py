@@ -54,6 +54,10 @@ def add_parser(commands) -> None:
         "--lloyd-last", type=int, default=0, metavar="N",
         help="also report model+lloyd: the model's first steps, then N of Lloyd's from its centers, as eval.lloyd_last (default: 0, not)",
     )  # fmt: skip
+    p.add_argument(
+        "--swaps", type=int, default=0, metavar="T",
+        help="also report the model's centers (after --lloyd-last's) and Lloyd's after T swaps, each followed by the model's steps of Lloyd's (default: 0, not)",
+    )  # fmt: skip
     p.add_argument("--out", help=f"folder for report.md and report.json, replacing a report there (default: {DEFAULT_OUT}, never replacing one)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object instead of Markdown")
     p.set_defaults(run=run)
@@ -71,7 +75,15 @@ def run(args) -> int:
     names = args.datasets or list(DATASETS)
     with progress.bar("real-data", unit="setting", quiet=args.quiet) as bar:
         report = real_data.evaluate(
-            checkpoints, names, samples=args.samples, ks=args.ks, seed=args.seed, lloyd_last=args.lloyd_last, out=folder, progress=progress.follow(bar)
+            checkpoints,
+            names,
+            samples=args.samples,
+            ks=args.ks,
+            seed=args.seed,
+            lloyd_last=args.lloyd_last,
+            swaps=args.swaps,
+            out=folder,
+            progress=progress.follow(bar),
         )
     paths = real_data.write(report, folder)
     print(json.dumps(report) if args.json else f"{real_data.markdown(report)}\nwritten: {', '.join(map(str, paths))}")

@@ -24,6 +24,7 @@ from ktframe.core.result import ClusteringResult
 from ktframe.core.validation import as_tensor, check_gamma, check_n_clusters, check_positive_int, check_rank, check_values
 from ktframe.fast import lloyd as fast
 from ktframe.fast import seeding
+from ktframe.fast.swaps import swap
 from ktframe.plugin.build import build_model, get_variant
 from ktframe.plugin.manager import registry
 
@@ -144,7 +145,11 @@ class TransformerKMeans:
     ``checkpoint`` (below); ``lloyd_last`` (0 by default): the last of the steps are that many of
     Lloyd's algorithm, the hand-built ``lloyd`` transformer's (exact), from the centers the model
     returns after the others — for a soft or trained model, a finish at a fixed point of Lloyd's
-    algorithm (``eval.lloyd_last``'s ``model+lloyd``); ``n_iter_`` counts both parts.
+    algorithm (``eval.lloyd_last``'s ``model+lloyd``); ``n_iter_`` counts both parts. ``swaps``
+    (0 by default): after the steps, that many swaps (:mod:`ktframe.fast.swaps`): the least useful
+    center moved to where the error is large, then as many Lloyd iterations as the fit's steps
+    (stopping by ``tol``), the move kept only where it lowers the objective — a local search out of
+    the fixed point Lloyd's algorithm stops at; its iterations are not counted in ``n_iter_``.
     docs/estimator.md shows each with an example.
 
     A fit stops spending time on a task once it has settled (``tol``) or an iteration leaves it as
@@ -234,6 +239,7 @@ class TransformerKMeans:
         variant_options: dict | None = None,
         checkpoint: str | os.PathLike | None = None,
         lloyd_last: int = 0,
+        swaps: int = 0,
     ) -> None:
         self.n_clusters = n_clusters
         self.variant = variant
@@ -248,6 +254,7 @@ class TransformerKMeans:
         self.variant_options = variant_options
         self.checkpoint = checkpoint
         self.lloyd_last = lloyd_last
+        self.swaps = swaps
 
     # scikit-learn's parameter protocol, so that clone, GridSearchCV and pipelines work.
     @classmethod
@@ -295,9 +302,10 @@ class TransformerKMeans:
         key = (self.variant, d, k, steps, self.gamma, dtype, repr(sorted(options.items())))
         return self._kept("_built", key, lambda: build_model(self.variant, d=d, k=k, n_layers=steps, gamma=self.gamma, dtype=dtype, **options))
 
-    def _lloyd(self, d: int, k: int, steps: int, dtype: torch.dtype) -> torch.nn.Module:
-        """The hand-built ``lloyd`` model of ``lloyd_last``'s finish, kept as :meth:`_model` is."""
-        return self._kept("_built_finish", (d, k, steps, dtype), lambda: build_model("lloyd", d=d, k=k, n_layers=steps, dtype=dtype))
+    def _lloyd(self, slot: str, d: int, k: int, steps: int, dtype: torch.dtype) -> torch.nn.Module:
+        """The hand-built ``lloyd`` model of ``lloyd_last``'s finish or of the swaps' iterations,
+        kept in ``slot`` as :meth:`_model` is."""
+        return self._kept(slot, (d, k, steps, dtype), lambda: build_model("lloyd", d=d, k=k, n_layers=steps, dtype=dtype))
 
     def _kept(self, slot: str, key: tuple, build: Callable[[], Any]) -> Any:
         """What ``build`` makes, kept in the attribute ``slot`` with its ``key`` and made again only
@@ -434,6 +442,7 @@ class TransformerKMeans:
         else:
             model, frame, reembed = self._model(tensor.shape[-1], k, steps, tensor.dtype), None, False
         lloyd_last = _check_lloyd_last(self.lloyd_last, steps)
+        swaps = _check_swaps(self.swaps)
         spec = get_variant(model.variant)
         if weights is not None and not spec.sample_weights:
             takes = _variant_names("sample_weights")
@@ -450,14 +459,21 @@ class TransformerKMeans:
         with torch.no_grad():
             result = model(many, C0, n_steps=steps - lloyd_last, reembed=reembed, tol=tol, sample_weight=many_weights) if steps > lloyd_last else None
             if lloyd_last:
-                finish = self._lloyd(many.shape[-1], k, lloyd_last, many.dtype)
+                finish = self._lloyd("_built_finish", many.shape[-1], k, lloyd_last, many.dtype)
                 result = _finish_with_lloyd(finish, many, C0, result, frame, starts, tol=tol, sample_weight=many_weights)
+            centers = result.centers
+            if swaps:
+                iterations = self._lloyd("_built_swaps", many.shape[-1], k, steps, many.dtype)
+                found = centers if frame is None or lloyd_last else _in_frame(frame, centers, starts)
+                centers = swap(
+                    many, found, swaps, steps, generator, many_weights, lambda C: iterations(many, C, tol=tol, sample_weight=many_weights).centers
+                ).centers
             # The labels of the returned centers (what predict(X) gives), and the objective of
             # those labels: the last layer's assignments may be those of the centers before it.
-            labels = fast.nearest(many, result.centers)
-            user_centers = result.centers if frame is None else _to_user(frame, result.centers, starts)
+            labels = fast.nearest(many, centers)
+            user_centers = centers if frame is None else _to_user(frame, centers, starts)
             inertia = _inertia(_repeat(tensor, starts), user_centers, labels, many_weights)
-            centers, n_iter = result.centers, result.n_iter
+            n_iter = result.n_iter
             if starts > 1:
                 best = inertia.view(-1, starts).argmin(dim=1) + torch.arange(0, len(inertia), starts, device=inertia.device)
                 centers, labels, user_centers, inertia, n_iter = (t[best] for t in (centers, labels, user_centers, inertia, n_iter))
@@ -578,6 +594,12 @@ def _check_lloyd_last(lloyd_last: Any, steps: int) -> int:
     if isinstance(lloyd_last, bool) or not isinstance(lloyd_last, (int, np.integer)) or not 0 <= lloyd_last <= steps:
         raise InputError(f"lloyd_last must be an integer from 0 to the {steps} steps of the fit (how many of them are Lloyd's); got {lloyd_last!r}")
     return int(lloyd_last)
+
+
+def _check_swaps(swaps: Any) -> int:
+    if isinstance(swaps, bool) or not isinstance(swaps, (int, np.integer)) or swaps < 0:
+        raise InputError(f"swaps must be an integer >= 0 (how many swaps follow the steps; 0 for none); got {swaps!r}")
+    return int(swaps)
 
 
 def _finish_with_lloyd(

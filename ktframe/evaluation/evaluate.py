@@ -10,7 +10,11 @@ k the model takes (``eval.ks``: the trained k, or any up to its maximum for a mo
 ``data.k_range``). ``eval.baselines`` adds methods that run to convergence on their own
 (:mod:`ktframe.clustering.baselines`), reported by their final objective alone. ``eval.lloyd_last=N``
 adds ``model+lloyd``: the model's first steps, then N of Lloyd's, which the hand-built
-construction takes exactly (its γ = ∞ limit) — the same number of steps in all.
+construction takes exactly (its γ = ∞ limit) — the same number of steps in all. ``eval.swaps=T``
+adds ``model+swaps`` (``model+lloyd+swaps`` with ``eval.lloyd_last``): T swaps
+(:mod:`ktframe.fast.swaps`) after the model's final centers, each followed by ``eval.steps``
+Lloyd iterations, and the same swaps after Lloyd's as ``lloyd+swaps``: what they do without the
+model; both reported by their final objective alone.
 
 A run folder is evaluated at its best checkpoint or, with ``eval.checkpoint=last``, its last
 (the authors'); ``eval.seed_per_run=true`` draws each run's tasks from its own seed (the
@@ -38,6 +42,7 @@ from ktframe.core.io import check_writable, relative_path, write_atomically
 from ktframe.core.tasks import TaskDistribution
 from ktframe.evaluation.reseed import lloyd_reseed
 from ktframe.fast import lloyd as fast
+from ktframe.fast.swaps import swap
 from ktframe.learning.checkpoint_io import check_dimensions, load_weights, model_weights, read_checkpoint
 from ktframe.learning.config import check_keys, load_config, merge, parse_overrides, to_dict
 from ktframe.learning.data import draw
@@ -45,7 +50,7 @@ from ktframe.learning.module import model_from_config
 from ktframe.plugin.build import get_variant
 
 METHODS = ("model", "lloyd", "lloyd-reseed", "k-means++", "greedy-k-means++")
-MODEL_METHODS = ("model", "model+lloyd")  # the checkpoint's; every other method is compared with them (``versus``)
+MODEL_METHODS = ("model", "model+lloyd", "model+swaps", "model+lloyd+swaps")  # the checkpoint's; every other method is compared with them (``versus``)
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, torch.nn.Module]:
@@ -169,8 +174,8 @@ def eval_ks(model: torch.nn.Module, config: dict) -> list[int]:
 
 
 # What a derived seed is for, so that the tasks, the baselines' restarts, lloyd-reseed's draws and
-# each run's own tasks are independent streams.
-_TASKS, _BASELINES, _RESEEDS, _RUNS = 1, 2, 3, 4
+# each run's own tasks and the swaps' draws are independent streams.
+_TASKS, _BASELINES, _RESEEDS, _RUNS, _SWAPS = 1, 2, 3, 4, 5
 
 
 def _derived_seed(purpose: int, *numbers: int) -> int:
@@ -195,6 +200,19 @@ def baseline_seed(seed: int, n: int, k: int, task: int) -> int:
 def reseed_seed(seed: int, n: int, k: int, task: int) -> int:
     """The seed of the generator from which ``lloyd-reseed`` draws task ``task``'s new centers."""
     return _derived_seed(_RESEEDS, seed, n, k, task)
+
+
+def _swapped(X: torch.Tensor, runs: dict[str, torch.Tensor], ev: dict, seed: int, n: int, k: int, start: int) -> dict[str, torch.Tensor]:
+    """The log objectives ``(B,)`` of ``eval.swaps`` swaps after the model's final centers (after
+    ``model+lloyd``'s where there are those) and after Lloyd's, the draws of both from one seed."""
+    ours = "model+lloyd" if ev["lloyd_last"] else "model"
+    draws = _derived_seed(_SWAPS, seed, n, k, start)
+    return {
+        f"{ours}+swaps" if which == ours else "lloyd+swaps": swap(
+            X, runs[which][:, -1].to(X.dtype), ev["swaps"], ev["steps"], torch.Generator().manual_seed(draws)
+        ).objective.log()
+        for which in (ours, "lloyd")
+    }
 
 
 def _task_generator(config: dict, n: int, k: int) -> torch.Generator:
@@ -229,7 +247,8 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
     generator, seed, reseeded = _task_generator(config, n, k), task_seed(config), 0
     methods = (*METHODS, *(["model+lloyd"] if ev["lloyd_last"] else []), *(["reference"] if variant.reference is not None else []))
     sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in methods}
-    last: dict[str, list[torch.Tensor]] = {method: [] for method in (*methods, *ev["baselines"])}  # per task, at the end
+    finals = [*ev["baselines"], *([f"{'model+lloyd' if ev['lloyd_last'] else 'model'}+swaps", "lloyd+swaps"] if ev.get("swaps") else [])]
+    last: dict[str, list[torch.Tensor]] = {method: [] for method in (*methods, *finals)}  # per task, at the end
     for start in range(0, ev["tasks"], ev["batch_size"]):
         batch = min(ev["batch_size"], ev["tasks"] - start)
         X, C0, _ = draw(data_cfg, batch, generator, n=n, k=k, family=ev["family"] or data["family"], init=init)
@@ -256,6 +275,9 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
         seeds = [baseline_seed(seed, n, k, start + i) for i in range(batch)]
         for name in ev["baselines"]:
             last[name].append(fast.objective(X64, baselines.BASELINES[name](X64, k, seeds)).log())
+        if ev.get("swaps"):
+            for name, logs in _swapped(X, runs, ev, seed, n, k, start).items():
+                last[name].append(logs)
         tasks_done(batch)
     ends = {method: torch.cat(values) for method, values in last.items()}
     return {
@@ -263,7 +285,7 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
         "n": n,
         "k": k,
         "log_objective": {m: (s / ev["tasks"]).tolist() for m, s in sums.items()},
-        "final": {name: float(ends[name].mean()) for name in ev["baselines"]},
+        "final": {name: float(ends[name].mean()) for name in finals},
         "versus": _versus(ends),
         "reseeded": reseeded,
     }
@@ -331,7 +353,7 @@ def format_table(report: dict[str, Any]) -> str:
     lines = [
         *([f"variant {report['variant']}; reference: {report['reference']}"] if report.get("reference") else []),
         f"{report['tasks']} unseen {report['family']} tasks, {report['steps']} steps; mean log objective at the last step (and at step 1)"
-        + (f"; {', '.join(finals)}: at convergence" if finals else ""),
+        + (f"; {', '.join(finals)}: at their end only" if finals else ""),
         f"{'init':<9} {'n':>5} {'k':>4}  "
         + "  ".join(f"{m:>17}" for m in report["log_objective"])
         + "".join(f"  {f'model - {other} (± se)':>27}" for other in leads)

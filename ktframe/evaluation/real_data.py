@@ -16,7 +16,10 @@ differences with every other method, with their 95 % Student-t intervals. ``lloy
 ``model+lloyd``, as ``eval.lloyd_last`` does on the synthetic protocol: the model's first steps,
 then N of Lloyd's from the centers it returns (the hand-built construction's exact γ = ∞ limit),
 the same number of steps in all; its paired differences with the classical methods beside the
-model's.
+model's. ``swaps=T`` adds ``model+swaps`` (``model+lloyd+swaps`` with ``lloyd_last``): T swaps
+(:mod:`ktframe.fast.swaps`) after the model's (or the hybrid's) centers, each followed by as many
+Lloyd iterations as the model's steps, and, from Lloyd's centers after its iterations, the same
+swaps as ``lloyd+swaps``: what the swaps do without the model.
 
 A sample depends on the seed, the data set and its number alone; its start on those and k: the
 first samples of a longer run are those of a shorter one, and every checkpoint of one frame
@@ -40,6 +43,7 @@ from ktframe.core.io import check_writable, relative_path, write_atomically
 from ktframe.core.streams import derived_generator
 from ktframe.evaluation.datasets import data_sets
 from ktframe.fast import lloyd as fast
+from ktframe.fast.swaps import swap
 from ktframe.reporting.report import describe
 
 # Points of a sample: the n the checkpoints were trained and validated at.
@@ -48,6 +52,7 @@ POINTS = 512
 CONVERGED_MAX_ITER = 300
 METHODS = ("model", "lloyd", "lloyd-converged", "k-means++", "greedy-k-means++")
 HYBRID = "model+lloyd"
+SWAPPED_LLOYD = "lloyd+swaps"
 OUTPUTS = ("report.md", "report.json")
 # The checkpoints evaluated when none is named, those of them that exist.
 DEFAULT_CHECKPOINTS = ("results/paper-seed0.ckpt", "results/anyk-seed0.ckpt", "results/general.ckpt")
@@ -61,8 +66,8 @@ def default_checkpoints() -> list[str]:
     return found
 
 
-# What a derived seed is for: the samples and the starts are independent streams.
-_SAMPLES, _STARTS = 1, 2
+# What a derived seed is for: the samples, the starts and the swaps' draws are independent streams.
+_SAMPLES, _STARTS, _SWAPS = 1, 2, 3
 
 
 def _generator(purpose: int, seed: int, name: str, *numbers: int) -> torch.Generator:
@@ -98,10 +103,24 @@ def frame_label(features: int, d: int) -> str:
     return f"zero-padded to {d}" if features < d else "as is"
 
 
+def swapped_name(lloyd_last: int) -> str:
+    """The name of the model's centers after the swaps."""
+    return f"{HYBRID if lloyd_last else 'model'}+swaps"
+
+
+def swapped(Y: torch.Tensor, C: torch.Tensor, swaps: int, steps: int, name: str, k: int, seed: int) -> torch.Tensor:
+    """``(S,)``: the log objectives after ``swaps`` swaps from the centers ``C`` of each sample,
+    each swap followed by ``steps`` Lloyd iterations, the draws from the sample's own generator."""
+    return torch.cat([swap(Y[s : s + 1], C[s : s + 1], swaps, steps, _generator(_SWAPS, seed, name, k, s)).objective for s in range(len(Y))]).log()
+
+
 @torch.no_grad()
-def baselines(Y: torch.Tensor, seeded: dict[str, torch.Tensor], steps: int) -> tuple[dict[str, torch.Tensor], int]:
+def baselines(
+    Y: torch.Tensor, seeded: dict[str, torch.Tensor], steps: int, swaps: int = 0, name: str = "", seed: int = 0
+) -> tuple[dict[str, torch.Tensor], int]:
     """The classical methods' log objectives ``(S,)`` in the frame ``Y`` from the ``seeded``
-    starts, and the number of samples whose Lloyd had not converged after CONVERGED_MAX_ITER."""
+    starts, and the number of samples whose Lloyd had not converged after CONVERGED_MAX_ITER;
+    with ``swaps``, also ``lloyd+swaps`` (the data set's ``name`` and the ``seed`` draw them)."""
     X64 = Y.double()
     converged = fast.lloyd(Y, seeded["random"], CONVERGED_MAX_ITER).trajectory
     unconverged = int((converged[:, -1] != converged[:, -2]).flatten(1).any(dim=1).sum())
@@ -111,24 +130,34 @@ def baselines(Y: torch.Tensor, seeded: dict[str, torch.Tensor], steps: int) -> t
         "k-means++": fast.lloyd(Y, seeded["k-means++"], steps).centers,
         "greedy-k-means++": fast.lloyd(Y, seeded["greedy-k-means++"], steps).centers,
     }
-    return {method: fast.objective(X64, C.double()).log() for method, C in centers.items()}, unconverged
+    logs = {method: fast.objective(X64, C.double()).log() for method, C in centers.items()}
+    if swaps:
+        logs[SWAPPED_LLOYD] = swapped(Y, centers["lloyd"], swaps, steps, name, seeded["random"].shape[1], seed)
+    return logs, unconverged
 
 
 @torch.no_grad()
-def model_objectives(trained: Trained, frame: Frame, Y: torch.Tensor, C0: torch.Tensor, lloyd_last: int = 0) -> dict[str, torch.Tensor]:
+def model_objectives(
+    trained: Trained, frame: Frame, Y: torch.Tensor, C0: torch.Tensor, lloyd_last: int = 0, swaps: int = 0, name: str = "", seed: int = 0
+) -> dict[str, torch.Tensor]:
     """The model's log objectives ``(S,)`` after its ``eval.steps`` re-embedded steps from ``C0``:
     of its centers as the user gets them (``model``: in the user's units, as
     ``TransformerKMeans`` returns them, taken back to the frame: a padded coordinate the layer
     moved a center along is dropped) and of the layer's own centers (``layer``); with
     ``lloyd_last``, ``model+lloyd``: that many of the steps Lloyd's, from the centers the model
-    returns after the others."""
+    returns after the others; with ``swaps``, the swaps after those centers (see the module; the
+    data set's ``name`` and the ``seed`` draw them)."""
     X64 = Y.double()
     trajectory = trained.model(Y, C0, n_steps=trained.steps, reembed=True).trajectory.double()
     centers = trajectory[:, -1]
-    logs = {"model": fast.objective(X64, frame.to_model(frame.to_user(centers))).log(), "layer": fast.objective(X64, centers).log()}
+    returned = frame.to_model(frame.to_user(centers))
+    logs = {"model": fast.objective(X64, returned).log(), "layer": fast.objective(X64, centers).log()}
     if lloyd_last:  # the same run's centers after its first steps (C0 where there are none)
-        returned = frame.to_model(frame.to_user(trajectory[:, trained.steps - lloyd_last])).to(Y.dtype)
-        logs[HYBRID] = fast.objective(X64, fast.lloyd(Y, returned, lloyd_last).centers.double()).log()
+        first = frame.to_model(frame.to_user(trajectory[:, trained.steps - lloyd_last])).to(Y.dtype)
+        returned = fast.lloyd(Y, first, lloyd_last).centers.double()
+        logs[HYBRID] = fast.objective(X64, returned).log()
+    if swaps:
+        logs[swapped_name(lloyd_last)] = swapped(Y, returned.to(Y.dtype), swaps, trained.steps, name, C0.shape[1], seed)
     return logs
 
 
@@ -138,9 +167,10 @@ def _versus(ours: torch.Tensor, logs: dict[str, torch.Tensor], others: Sequence[
     return {other: {**describe((ours - logs[other]).tolist()), "below": int((ours < logs[other]).sum())} for other in others}
 
 
-def _row(logs: dict[str, torch.Tensor]) -> dict[str, Any]:
+def _row(logs: dict[str, torch.Tensor], swapped_as: str | None) -> dict[str, Any]:
     """Each method's mean log objective over the samples and the model's paired differences
-    with every other method; with ``model+lloyd``, its own with the classical methods."""
+    with every other method; with ``model+lloyd``, its own with the classical methods; with the
+    swaps (``swapped_as``, their name), theirs with the classical methods and ``lloyd+swaps``."""
     row = {
         "log_objective": {method: describe(values.tolist()) for method, values in logs.items()},
         "versus": _versus(logs["model"], logs, [other for other in logs if other != "model"]),
@@ -148,6 +178,8 @@ def _row(logs: dict[str, torch.Tensor]) -> dict[str, Any]:
     }
     if HYBRID in logs:
         row["hybrid_versus"] = _versus(logs[HYBRID], logs, METHODS[1:])
+    if swapped_as is not None:
+        row["swapped_versus"] = _versus(logs[swapped_as], logs, [*METHODS[1:], SWAPPED_LLOYD])
     return row
 
 
@@ -159,13 +191,14 @@ def evaluate(
     ks: Sequence[int] | None = None,
     seed: int = 0,
     lloyd_last: int = 0,
+    swaps: int = 0,
     out: str | Path = ".",
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """The report of every checkpoint on every data set ``names`` at each of its ks (or ``ks``)
     that the checkpoint takes; the others are listed as skipped, with why. ``out``: the folder the
     report goes to, that its checkpoint paths are relative to. ``progress(done, total)`` hears
-    each (checkpoint, data set, k) evaluated. ``lloyd_last``: see the module. Everything is
+    each (checkpoint, data set, k) evaluated. ``lloyd_last``, ``swaps``: see the module. Everything is
     checked before anything runs."""
     if samples < 2:
         raise InputError(f"--samples {samples}: expected at least 2 samples (an interval needs two)")
@@ -178,6 +211,8 @@ def evaluate(
     for model in trained:
         if lloyd_last > model.steps:
             raise InputError(f"--lloyd-last {lloyd_last}: {model.path} runs {model.steps} steps; expected at most {model.steps} of them Lloyd's")
+    if swaps < 0:
+        raise InputError(f"--swaps {swaps}: expected a number of swaps >= 0")
     points = {data.name: data.load() for data in chosen}
     plan, skipped = [], []
     for data in chosen:
@@ -199,9 +234,9 @@ def evaluate(
             frame = Frame.fit(X, model.d, model.scaling)
             Y = frame.to_model(X).float()
             seeded = starts(Y, k, data.name, seed)
-            cache[key] = (frame, Y, seeded, *baselines(Y, seeded, model.steps))
+            cache[key] = (frame, Y, seeded, *baselines(Y, seeded, model.steps, swaps, data.name, seed))
         frame, Y, seeded, classical, unconverged = cache[key]
-        logs = model_objectives(model, frame, Y, seeded["random"], lloyd_last)
+        logs = model_objectives(model, frame, Y, seeded["random"], lloyd_last, swaps, data.name, seed)
         layer = logs.pop("layer")
         n, features = points[data.name].shape
         rows.append(
@@ -218,7 +253,7 @@ def evaluate(
                 "steps": model.steps,
                 "lloyd_unconverged": unconverged,
                 "model_before_projection": describe(layer.tolist()),
-                **_row({**logs, **classical}),
+                **_row({**logs, **classical}, swapped_name(lloyd_last) if swaps else None),
             }
         )
         if progress is not None:
@@ -227,6 +262,7 @@ def evaluate(
         "seed": seed,
         "samples": samples,
         "lloyd_last": lloyd_last,
+        "swaps": swaps,
         "points": POINTS,
         "datasets": [{"name": data.name, "source": data.source, "n": len(points[data.name]), "features": points[data.name].shape[1]} for data in chosen],
         "checkpoints": [{"path": relative_path(m.path, out), "d": m.d, "k": m.k, "any_k": m.any_k, "steps": m.steps, "scaling": m.scaling} for m in trained],
@@ -291,6 +327,18 @@ def markdown(report: dict[str, Any]) -> str:
                 "|---|---|---|---|---|---|---|",
                 *(f"| {row['dataset']} | {row['k']} | {row['log_objective'][HYBRID]['mean']:.4f} | "
                   + " | ".join(_interval(row["hybrid_versus"][method]) for method in METHODS[1:]) + " |" for row in rows),
+            ]  # fmt: skip
+        if report.get("swaps"):
+            name, start = swapped_name(report["lloyd_last"]), (f"`{HYBRID}`'s" if report["lloyd_last"] else "the model's")
+            lines += [
+                "",
+                f"`{name}`: {report['swaps']} swaps after {start} centers, each followed by {steps} Lloyd iterations and kept only where it "
+                f"lowers the objective; `{SWAPPED_LLOYD}`: the same swaps after Lloyd's centers ({steps} it.).",
+                "",
+                f"| data set | k | {name} | {SWAPPED_LLOYD} | − Lloyd | − Lloyd, converged | − k-means++ | − greedy k-means++ | − {SWAPPED_LLOYD} |",
+                "|---|---|---|---|---|---|---|---|---|",
+                *(f"| {row['dataset']} | {row['k']} | {row['log_objective'][name]['mean']:.4f} | {row['log_objective'][SWAPPED_LLOYD]['mean']:.4f} | "
+                  + " | ".join(_interval(row["swapped_versus"][method]) for method in [*METHODS[1:], SWAPPED_LLOYD]) + " |" for row in rows),
             ]  # fmt: skip
         moved = [row for row in rows if row["features"] < checkpoint["d"]]
         if moved:

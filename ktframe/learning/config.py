@@ -160,6 +160,11 @@ class EvalConfig:
     lloyd_last: int = key(
         0, "also report the model with its last N steps taken by Lloyd's algorithm (exact, gamma = inf) instead, as method model+lloyd; 0: not"
     )
+    swaps: int = key(
+        0,
+        "also report N swaps (a local search moving the least useful center) after the model's final centers (model+swaps, or model+lloyd+swaps "
+        "with eval.lloyd_last) and after Lloyd's (lloyd+swaps), each followed by eval.steps Lloyd iterations; final objective only; 0: not",
+    )
     task_preset: Optional[str] = key(
         None,
         "draw the tasks from this preset's task distribution (its data.family, data.std, switches and scaling), e.g. anyk for the paper's; null: the checkpoint's",
@@ -386,7 +391,7 @@ _AT_LEAST = {
     "data.n": 1, "data.d": 1, "data.k": 1, "data.batch_size": 1, "data.val_tasks": 1, "data.val_batch_size": 1,
     "data.num_workers": 0, "model.n_layers": 1, "model.unroll": 1, "optim.plateau_patience": 0,
     "trainer.max_steps": 1, "trainer.val_every": 1, "trainer.log_every": 1, "trainer.num_nodes": 1,
-    "eval.tasks": 1, "eval.steps": 1, "eval.batch_size": 1, "eval.lloyd_last": 0,
+    "eval.tasks": 1, "eval.steps": 1, "eval.batch_size": 1, "eval.lloyd_last": 0, "eval.swaps": 0,
 }  # fmt: skip
 # Keys that must be a number > 0; "inf" is a valid gamma (the hard limit), nothing else's.
 _POSITIVE = {"data.std": False, "model.gamma": True, "optim.lr": False, "optim.loss_lambda": False, "logger.init_timeout": False}
