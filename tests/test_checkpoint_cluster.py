@@ -176,7 +176,7 @@ def test_a_hand_built_setting_with_a_checkpoint_is_one_line(params: dict) -> Non
 
 CLI_RUNS = {
     "labels": ["iris.csv", "--checkpoint", str(PAPER), "--k", "10", "--out", "labels.csv"],
-    "hybrid": ["iris.csv", "--checkpoint", str(PAPER), "--k", "10", "--lloyd-last", "5", "--out", "hybrid.csv"],
+    "hybrid": ["iris.csv", "--checkpoint", str(PAPER), "--k", "10", "--lloyd-last", "5", "--swaps", "2", "--out", "hybrid.csv"],
     "variant": ["iris.csv", "--checkpoint", str(PAPER), "--k", "10", "--variant", "soft"],
     "option": ["iris.csv", "--checkpoint", str(PAPER), "--k", "10", "--option", "reset=identity"],
     "k": ["iris.csv", "--checkpoint", str(PAPER), "--k", "5"],
@@ -208,12 +208,13 @@ def test_cluster_with_a_checkpoint_writes_the_estimators_labels(cli, kernels_by_
     assert done.stdout.rstrip().endswith("labels written to labels.csv")
 
 
-def test_cluster_lloyd_last_writes_the_estimators_labels(cli) -> None:
+def test_cluster_lloyd_last_and_swaps_write_the_estimators_labels(cli) -> None:
     folder, runs = cli
     ok(runs["hybrid"])
-    expected = TransformerKMeans(10, checkpoint=PAPER, lloyd_last=5, random_state=0).fit(IRIS)
+    expected = TransformerKMeans(10, checkpoint=PAPER, lloyd_last=5, swaps=2, random_state=0).fit(IRIS)
     np.testing.assert_array_equal(np.loadtxt(folder / "hybrid.csv", skiprows=1, dtype=int), expected.labels_)
-    assert expected.inertia_ != TransformerKMeans(10, checkpoint=PAPER, random_state=0).fit(IRIS).inertia_
+    finished = TransformerKMeans(10, checkpoint=PAPER, lloyd_last=5, random_state=0).fit(IRIS)
+    assert expected.inertia_ < finished.inertia_ != TransformerKMeans(10, checkpoint=PAPER, random_state=0).fit(IRIS).inertia_
 
 
 @pytest.mark.parametrize(

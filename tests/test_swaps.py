@@ -14,7 +14,8 @@ from ktframe.core import reference
 from ktframe.core.errors import InputError
 from ktframe.fast.swaps import swap
 
-GENERAL = str(Path(__file__).resolve().parents[1] / "results" / "general.ckpt")
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+GENERAL, ANYK = str(RESULTS / "general.ckpt"), str(RESULTS / "anyk-seed0.ckpt")
 
 
 def _blobs(generator: torch.Generator, B: int = 1) -> torch.Tensor:
@@ -101,11 +102,31 @@ def test_the_estimators_swaps_with_a_checkpoint_run_in_its_frame():
     from sklearn.datasets import load_wine
 
     X = load_wine().data
-    finished = TransformerKMeans(10, checkpoint=GENERAL, init="random", n_init=1, random_state=0, lloyd_last=17).fit(X)
+    finished = TransformerKMeans(10, checkpoint=GENERAL, init="random", n_init=1, random_state=0, lloyd_last=17, swaps=0).fit(X)
     swapped = TransformerKMeans(10, checkpoint=GENERAL, init="random", n_init=1, random_state=0, lloyd_last=17, swaps=5).fit(X)
     assert swapped.inertia_ < finished.inertia_
     assert swapped.cluster_centers_.shape == (10, 13)
     assert swapped.inertia_ == pytest.approx(((X[:, None] - swapped.cluster_centers_[None]) ** 2).sum(-1).min(-1).sum(), rel=1e-9)
+
+
+def test_a_checkpoints_own_finish_is_the_estimators_default(tmp_path):
+    """lloyd_last and swaps left at None take the checkpoint's eval.lloyd_last and eval.swaps (0
+    where its config has none); lloyd_last within the steps asked for."""
+    from sklearn.datasets import load_iris
+
+    checkpoint = torch.load(ANYK, weights_only=True)
+    checkpoint["hyper_parameters"]["config"]["eval"].update(lloyd_last=5, swaps=2)
+    finished = str(tmp_path / "finished.ckpt")
+    torch.save(checkpoint, finished)
+    X = load_iris().data
+
+    def centers(path: str, **options) -> np.ndarray:
+        return TransformerKMeans(3, checkpoint=path, random_state=0, **options).fit(X).cluster_centers_
+
+    assert np.array_equal(centers(finished), centers(ANYK, lloyd_last=5, swaps=2))
+    assert np.array_equal(centers(finished, lloyd_last=0, swaps=0), centers(ANYK))
+    assert np.array_equal(centers(finished, n_layers=3, swaps=0), centers(ANYK, n_layers=3, lloyd_last=3))
+    assert not np.array_equal(centers(finished), centers(ANYK))
 
 
 @pytest.mark.parametrize("swaps", [-1, 1.5, True, "3"])

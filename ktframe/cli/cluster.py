@@ -30,8 +30,12 @@ def add_parser(commands) -> None:
     )
     p.add_argument("--layers", type=int, default=None, help="layers = iterations (default: 10; with --checkpoint, the steps it was evaluated with)")
     p.add_argument(
-        "--lloyd-last", type=int, default=0, metavar="N",
-        help="the last N of the steps Lloyd's algorithm's (exact), from the centers the model reaches in the others (default: 0)",
+        "--lloyd-last", type=integer(0), default=None, metavar="N",
+        help="the last N of the steps Lloyd's algorithm's (exact), from the centers the model reaches in the others (default: 0; with --checkpoint, its own)",
+    )  # fmt: skip
+    p.add_argument(
+        "--swaps", type=integer(0), default=None, metavar="T",
+        help="then T swaps: the least useful center moved where the error is large, kept where the objective falls (default: 0; with --checkpoint, its own)",
     )  # fmt: skip
     p.add_argument("--tol", type=float, default=1e-4, help="stop once an iteration moves the centers by at most tol x the data's mean variance (default: 1e-4)")
     p.add_argument("--gamma", type=parse_gamma, default=math.inf, help="inverse temperature (default: inf, exact)")
@@ -89,7 +93,7 @@ def run(args) -> int:
         bar.update()
         model = TransformerKMeans(
             args.k, variant=args.variant, n_layers=layers, tol=args.tol, gamma=args.gamma, init=args.init, n_init=args.n_init, random_state=args.seed,
-            variant_options=options or None, checkpoint=args.checkpoint, lloyd_last=args.lloyd_last,
+            variant_options=options or None, checkpoint=args.checkpoint, lloyd_last=args.lloyd_last, swaps=args.swaps,
         )  # fmt: skip
         labels = model.fit_predict(points)
         bar.update()

@@ -142,14 +142,16 @@ class TransformerKMeans:
     ``random_state``; ``dtype`` (``None``: the input's float dtype, float32 or float64, other
     inputs becoming float64 as in scikit-learn; ``"float32"`` or ``"float64"`` forces one);
     ``variant_options`` for the variant's own options (``gamma`` is the parameter above);
-    ``checkpoint`` (below); ``lloyd_last`` (0 by default): the last of the steps are that many of
+    ``checkpoint`` (below); ``lloyd_last``: the last of the steps are that many of
     Lloyd's algorithm, the hand-built ``lloyd`` transformer's (exact), from the centers the model
     returns after the others — for a soft or trained model, a finish at a fixed point of Lloyd's
-    algorithm (``eval.lloyd_last``'s ``model+lloyd``); ``n_iter_`` counts both parts. ``swaps``
-    (0 by default): after the steps, that many swaps (:mod:`ktframe.fast.swaps`): the least useful
-    center moved to where the error is large, then as many Lloyd iterations as the fit's steps
-    (stopping by ``tol``), the move kept only where it lowers the objective — a local search out of
-    the fixed point Lloyd's algorithm stops at; its iterations are not counted in ``n_iter_``.
+    algorithm (``eval.lloyd_last``'s ``model+lloyd``); ``n_iter_`` counts both parts. ``swaps``:
+    after the steps, that many swaps (:mod:`ktframe.fast.swaps`): the least useful center moved to
+    where the error is large, then as many Lloyd iterations as the fit's steps (stopping by
+    ``tol``), the move kept only where it lowers the k-means objective — a local search out of the
+    fixed point Lloyd's algorithm stops at; its iterations are not counted in ``n_iter_``. Both are
+    ``None`` by default: 0 for a hand-built model, the checkpoint's own finish
+    (its config's ``eval.lloyd_last`` and ``eval.swaps``) for a trained one.
     docs/estimator.md shows each with an example.
 
     A fit stops spending time on a task once it has settled (``tol``) or an iteration leaves it as
@@ -238,8 +240,8 @@ class TransformerKMeans:
         dtype: str | None = None,
         variant_options: dict | None = None,
         checkpoint: str | os.PathLike | None = None,
-        lloyd_last: int = 0,
-        swaps: int = 0,
+        lloyd_last: int | None = None,
+        swaps: int | None = None,
     ) -> None:
         self.n_clusters = n_clusters
         self.variant = variant
@@ -434,15 +436,19 @@ class TransformerKMeans:
         starts = self._n_starts()
         weights = self._check_weights(sample_weight, tensor, batched)
         steps = check_positive_int(self.max_iter if self.n_layers is None else self.n_layers, "max_iter" if self.n_layers is None else "n_layers")
+        lloyd_last, swaps = self.lloyd_last, self.swaps
         if self.checkpoint is not None:
             trained = self._trained(tensor.dtype)
             k = trained.check_k(k)
             model, frame, reembed = trained.model, Frame.fit(tensor, trained.d, trained.scaling), True
             steps = steps if self.n_layers is not None else min(steps, trained.steps)
+            # the checkpoint's own finish where none is given, within the steps asked for
+            lloyd_last = min(trained.lloyd_last, steps) if lloyd_last is None else lloyd_last
+            swaps = trained.swaps if swaps is None else swaps
         else:
             model, frame, reembed = self._model(tensor.shape[-1], k, steps, tensor.dtype), None, False
-        lloyd_last = _check_lloyd_last(self.lloyd_last, steps)
-        swaps = _check_swaps(self.swaps)
+        lloyd_last = _check_lloyd_last(0 if lloyd_last is None else lloyd_last, steps)
+        swaps = _check_swaps(0 if swaps is None else swaps)
         spec = get_variant(model.variant)
         if weights is not None and not spec.sample_weights:
             takes = _variant_names("sample_weights")

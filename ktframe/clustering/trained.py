@@ -34,13 +34,17 @@ SCALINGS = ("minmax", "isotropic", "rms", "none")
 @dataclass(frozen=True)
 class Trained:
     """A checkpoint's model (in eval mode) and what its config says of using it: ``steps``, the
-    re-embedded steps it was evaluated with (``eval.steps``), and ``scaling``, that of its training
-    tasks (``data.scaling``). ``k`` is the model's k, the largest it takes where ``any_k``."""
+    re-embedded steps it was evaluated with (``eval.steps``), ``scaling``, that of its training
+    tasks (``data.scaling``), and the finish it is evaluated with: ``lloyd_last`` of the steps
+    Lloyd's (``eval.lloyd_last``), then ``swaps`` swaps (``eval.swaps``); 0 where its config has
+    none. ``k`` is the model's k, the largest it takes where ``any_k``."""
 
     path: str
     model: KMeansTransformer
     steps: int
     scaling: str
+    lloyd_last: int = 0
+    swaps: int = 0
 
     @property
     def d(self) -> int:
@@ -73,7 +77,8 @@ def load_trained(path: str | os.PathLike) -> Trained:
     scaling = config["data"].get("scaling", "minmax")
     if scaling not in SCALINGS:
         raise InputError(f"{path}: its config says data.scaling={scaling!r}; expected one of: {', '.join(SCALINGS)}")
-    return Trained(str(Path(path)), model.eval(), int(config["eval"]["steps"]), scaling)
+    ev = config["eval"]
+    return Trained(str(Path(path)), model.eval(), int(ev["steps"]), scaling, int(ev.get("lloyd_last", 0)), int(ev.get("swaps", 0)))
 
 
 @dataclass(frozen=True)
