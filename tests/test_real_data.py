@@ -246,3 +246,25 @@ def test_help_lists_the_data_sets_without_importing_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
     assert done.stdout.splitlines()[-1] == "[]", done.stderr
     assert "digits (k = 5, 10, 16)" in done.stdout and "penguins (k = 3, 10)" in done.stdout
+
+
+def test_each_checkpoint_gets_its_own_finish_unless_one_is_given(tmp_path):
+    """Without --lloyd-last and --swaps a checkpoint is evaluated with its config's eval.lloyd_last
+    and eval.swaps, as TransformerKMeans(checkpoint=...) uses it (0 where it has none), beside one
+    without them; given, they hold for every checkpoint."""
+    checkpoint = torch.load(ANYK, weights_only=True)
+    checkpoint["hyper_parameters"]["config"]["eval"].update(lloyd_last=5, swaps=2)
+    finished = tmp_path / "finished.ckpt"
+    torch.save(checkpoint, finished)
+    own = real_data.evaluate([str(finished), str(ANYK)], ["iris"], samples=2, ks=[3], out=tmp_path)
+    assert [(c["lloyd_last"], c["swaps"]) for c in own["checkpoints"]] == [(5, 2), (0, 0)]
+    assert [(r["lloyd_last"], r["swaps"]) for r in own["rows"]] == [(5, 2), (0, 0)]
+    with_finish, without = own["rows"]
+    assert {real_data.HYBRID, SWAPPED, real_data.SWAPPED_LLOYD} <= set(with_finish["per_sample"])
+    assert not {real_data.HYBRID, SWAPPED, real_data.SWAPPED_LLOYD} & set(without["per_sample"])
+    assert with_finish["per_sample"]["model"] == without["per_sample"]["model"]  # the same layer
+    text = real_data.markdown(own)
+    assert text.count(f"`{SWAPPED}`: 2 swaps after `{real_data.HYBRID}`'s centers") == 1
+    given = real_data.evaluate([str(finished), str(ANYK)], ["iris"], samples=2, ks=[3], lloyd_last=0, swaps=1, out=tmp_path)
+    assert [(r["lloyd_last"], r["swaps"]) for r in given["rows"]] == [(0, 1), (0, 1)]
+    assert given["rows"][0]["per_sample"] == given["rows"][1]["per_sample"]

@@ -51,12 +51,12 @@ def add_parser(commands) -> None:
     p.add_argument("--samples", type=int, default=16, help="samples per data set and k (default: 16)")
     p.add_argument("--seed", type=int, default=0, help="seed of the samples and starts (default: 0)")
     p.add_argument(
-        "--lloyd-last", type=int, default=0, metavar="N",
-        help="also report model+lloyd: the model's first steps, then N of Lloyd's from its centers, as eval.lloyd_last (default: 0, not)",
+        "--lloyd-last", type=int, default=None, metavar="N",
+        help="also report model+lloyd: the model's first steps, then N of Lloyd's from its centers, as eval.lloyd_last (default: each checkpoint's own eval.lloyd_last, 0 where none)",
     )  # fmt: skip
     p.add_argument(
-        "--swaps", type=int, default=0, metavar="T",
-        help="also report the model's centers (after --lloyd-last's) and Lloyd's after T swaps, each followed by the model's steps of Lloyd's (default: 0, not)",
+        "--swaps", type=int, default=None, metavar="T",
+        help="also report the model's centers (after --lloyd-last's) and Lloyd's after T swaps, each followed by the model's steps of Lloyd's (default: each checkpoint's own eval.swaps, 0 where none)",
     )  # fmt: skip
     p.add_argument("--out", help=f"folder for report.md and report.json, replacing a report there (default: {DEFAULT_OUT}, never replacing one)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object instead of Markdown")

@@ -19,7 +19,9 @@ the same number of steps in all; its paired differences with the classical metho
 model's. ``swaps=T`` adds ``model+swaps`` (``model+lloyd+swaps`` with ``lloyd_last``): T swaps
 (:mod:`ktframe.fast.swaps`) after the model's (or the hybrid's) centers, each followed by as many
 Lloyd iterations as the model's steps, and, from Lloyd's centers after its iterations, the same
-swaps as ``lloyd+swaps``: what the swaps do without the model.
+swaps as ``lloyd+swaps``: what the swaps do without the model. Left at None, each checkpoint
+gets its own finish, as ``TransformerKMeans(checkpoint=...)`` does: its config's ``eval.lloyd_last``
+and ``eval.swaps`` (0 where it has none).
 
 A sample depends on the seed, the data set and its number alone; its start on those and k: the
 first samples of a longer run are those of a shorter one, and every checkpoint of one frame
@@ -115,12 +117,9 @@ def swapped(Y: torch.Tensor, C: torch.Tensor, swaps: int, steps: int, name: str,
 
 
 @torch.no_grad()
-def baselines(
-    Y: torch.Tensor, seeded: dict[str, torch.Tensor], steps: int, swaps: int = 0, name: str = "", seed: int = 0
-) -> tuple[dict[str, torch.Tensor], int]:
+def baselines(Y: torch.Tensor, seeded: dict[str, torch.Tensor], steps: int) -> tuple[dict[str, torch.Tensor], int]:
     """The classical methods' log objectives ``(S,)`` in the frame ``Y`` from the ``seeded``
-    starts, and the number of samples whose Lloyd had not converged after CONVERGED_MAX_ITER;
-    with ``swaps``, also ``lloyd+swaps`` (the data set's ``name`` and the ``seed`` draw them)."""
+    starts, and the number of samples whose Lloyd had not converged after CONVERGED_MAX_ITER."""
     X64 = Y.double()
     converged = fast.lloyd(Y, seeded["random"], CONVERGED_MAX_ITER).trajectory
     unconverged = int((converged[:, -1] != converged[:, -2]).flatten(1).any(dim=1).sum())
@@ -130,10 +129,15 @@ def baselines(
         "k-means++": fast.lloyd(Y, seeded["k-means++"], steps).centers,
         "greedy-k-means++": fast.lloyd(Y, seeded["greedy-k-means++"], steps).centers,
     }
-    logs = {method: fast.objective(X64, C.double()).log() for method, C in centers.items()}
-    if swaps:
-        logs[SWAPPED_LLOYD] = swapped(Y, centers["lloyd"], swaps, steps, name, seeded["random"].shape[1], seed)
-    return logs, unconverged
+    return {method: fast.objective(X64, C.double()).log() for method, C in centers.items()}, unconverged
+
+
+@torch.no_grad()
+def lloyd_swapped(Y: torch.Tensor, seeded: dict[str, torch.Tensor], steps: int, swaps: int, name: str, seed: int) -> torch.Tensor:
+    """``lloyd+swaps``: the log objectives ``(S,)`` after ``swaps`` swaps from Lloyd's centers
+    after ``steps`` iterations from the random starts (the data set's ``name`` and the ``seed``
+    draw them)."""
+    return swapped(Y, fast.lloyd(Y, seeded["random"], steps).centers, swaps, steps, name, seeded["random"].shape[1], seed)
 
 
 @torch.no_grad()
@@ -190,8 +194,8 @@ def evaluate(
     samples: int = 16,
     ks: Sequence[int] | None = None,
     seed: int = 0,
-    lloyd_last: int = 0,
-    swaps: int = 0,
+    lloyd_last: int | None = None,
+    swaps: int | None = None,
     out: str | Path = ".",
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
@@ -205,14 +209,16 @@ def evaluate(
     if ks is not None and any(k < 2 for k in ks):
         raise InputError(f"--ks {','.join(map(str, ks))}: expected numbers of clusters >= 2")
     chosen = data_sets(names)
-    if lloyd_last < 0:
+    if lloyd_last is not None and lloyd_last < 0:
         raise InputError(f"--lloyd-last {lloyd_last}: expected a number of steps >= 0")
+    if swaps is not None and swaps < 0:
+        raise InputError(f"--swaps {swaps}: expected a number of swaps >= 0")
     trained = [load_trained(path) for path in checkpoints]
     for model in trained:
-        if lloyd_last > model.steps:
+        if lloyd_last is not None and lloyd_last > model.steps:
             raise InputError(f"--lloyd-last {lloyd_last}: {model.path} runs {model.steps} steps; expected at most {model.steps} of them Lloyd's")
-    if swaps < 0:
-        raise InputError(f"--swaps {swaps}: expected a number of swaps >= 0")
+    # Each checkpoint's finish: the one given, else its own.
+    finish = {id(model): (model.lloyd_last if lloyd_last is None else lloyd_last, model.swaps if swaps is None else swaps) for model in trained}
     points = {data.name: data.load() for data in chosen}
     plan, skipped = [], []
     for data in chosen:
@@ -227,6 +233,7 @@ def evaluate(
                     skipped.append({"checkpoint": relative_path(model.path, out), "dataset": data.name, "k": k, "reason": f"its model takes {takes}"})
     rows: list[dict[str, Any]] = []
     cache: dict[tuple, tuple[Frame, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor], int]] = {}
+    swapped_lloyds: dict[tuple, torch.Tensor] = {}
     for data, k, model in plan:
         key = (data.name, k, model.d, model.scaling)
         if key not in cache:
@@ -234,9 +241,15 @@ def evaluate(
             frame = Frame.fit(X, model.d, model.scaling)
             Y = frame.to_model(X).float()
             seeded = starts(Y, k, data.name, seed)
-            cache[key] = (frame, Y, seeded, *baselines(Y, seeded, model.steps, swaps, data.name, seed))
+            cache[key] = (frame, Y, seeded, *baselines(Y, seeded, model.steps))
         frame, Y, seeded, classical, unconverged = cache[key]
-        logs = model_objectives(model, frame, Y, seeded["random"], lloyd_last, swaps, data.name, seed)
+        last, swaps_here = finish[id(model)]
+        if swaps_here:
+            at = (*key, model.steps, swaps_here)
+            if at not in swapped_lloyds:
+                swapped_lloyds[at] = lloyd_swapped(Y, seeded, model.steps, swaps_here, data.name, seed)
+            classical = {**classical, SWAPPED_LLOYD: swapped_lloyds[at]}
+        logs = model_objectives(model, frame, Y, seeded["random"], last, swaps_here, data.name, seed)
         layer = logs.pop("layer")
         n, features = points[data.name].shape
         rows.append(
@@ -251,9 +264,11 @@ def evaluate(
                 "k": k,
                 "samples": samples,
                 "steps": model.steps,
+                "lloyd_last": last,
+                "swaps": swaps_here,
                 "lloyd_unconverged": unconverged,
                 "model_before_projection": describe(layer.tolist()),
-                **_row({**logs, **classical}, swapped_name(lloyd_last) if swaps else None),
+                **_row({**logs, **classical}, swapped_name(last) if swaps_here else None),
             }
         )
         if progress is not None:
@@ -265,7 +280,19 @@ def evaluate(
         "swaps": swaps,
         "points": POINTS,
         "datasets": [{"name": data.name, "source": data.source, "n": len(points[data.name]), "features": points[data.name].shape[1]} for data in chosen],
-        "checkpoints": [{"path": relative_path(m.path, out), "d": m.d, "k": m.k, "any_k": m.any_k, "steps": m.steps, "scaling": m.scaling} for m in trained],
+        "checkpoints": [
+            {
+                "path": relative_path(m.path, out),
+                "d": m.d,
+                "k": m.k,
+                "any_k": m.any_k,
+                "steps": m.steps,
+                "scaling": m.scaling,
+                "lloyd_last": finish[id(m)][0],
+                "swaps": finish[id(m)][1],
+            }
+            for m in trained
+        ],
         "rows": rows,
         "skipped": skipped,
     }
@@ -318,21 +345,21 @@ def markdown(report: dict[str, Any]) -> str:
             means = " | ".join(f"{row['log_objective'][method]['mean']:.4f}" for method in METHODS)
             versus = " | ".join(_interval(row["versus"][method]) for method in METHODS[1:])
             lines.append(f"| {row['dataset']} | {row['frame']} | {row['k']} | {means} | {versus} |")
-        if report["lloyd_last"]:
+        if checkpoint["lloyd_last"]:
             lines += [
                 "",
-                f"`{HYBRID}`: the model's first {steps - report['lloyd_last']} steps, then {report['lloyd_last']} of Lloyd's from the centers it returns.",
+                f"`{HYBRID}`: the model's first {steps - checkpoint['lloyd_last']} steps, then {checkpoint['lloyd_last']} of Lloyd's from the centers it returns.",
                 "",
                 f"| data set | k | {HYBRID} | − Lloyd | − Lloyd, converged | − k-means++ | − greedy k-means++ |",
                 "|---|---|---|---|---|---|---|",
                 *(f"| {row['dataset']} | {row['k']} | {row['log_objective'][HYBRID]['mean']:.4f} | "
                   + " | ".join(_interval(row["hybrid_versus"][method]) for method in METHODS[1:]) + " |" for row in rows),
             ]  # fmt: skip
-        if report.get("swaps"):
-            name, start = swapped_name(report["lloyd_last"]), (f"`{HYBRID}`'s" if report["lloyd_last"] else "the model's")
+        if checkpoint["swaps"]:
+            name, start = swapped_name(checkpoint["lloyd_last"]), (f"`{HYBRID}`'s" if checkpoint["lloyd_last"] else "the model's")
             lines += [
                 "",
-                f"`{name}`: {report['swaps']} swaps after {start} centers, each followed by {steps} Lloyd iterations and kept only where it "
+                f"`{name}`: {checkpoint['swaps']} swaps after {start} centers, each followed by {steps} Lloyd iterations and kept only where it "
                 f"lowers the objective; `{SWAPPED_LLOYD}`: the same swaps after Lloyd's centers ({steps} it.).",
                 "",
                 f"| data set | k | {name} | {SWAPPED_LLOYD} | − Lloyd | − Lloyd, converged | − k-means++ | − greedy k-means++ | − {SWAPPED_LLOYD} |",
