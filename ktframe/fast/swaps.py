@@ -57,16 +57,21 @@ def swap(
     w = X64.new_ones(B, n) if sample_weight is None else sample_weight.double()
     iterate = lloyd if lloyd is not None else (lambda centers: fast.lloyd(X, centers, steps).centers)
 
-    def objective(centers: torch.Tensor) -> torch.Tensor:
-        return (reference.sqdist(X64, centers.double()).amin(dim=-1) * w).sum(dim=-1)
+    def distances(centers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(B, n, k)`` squared distances to ``centers`` and the objective ``(B,)`` they give."""
+        D = reference.sqdist(X64, centers.double())
+        return D, (D.amin(dim=-1) * w).sum(dim=-1)
 
-    best, best_objective, kept = C, objective(C), torch.zeros(B, dtype=torch.long, device=X.device)
+    # The kept centers' distances are carried from swap to swap: each swap computes those of its
+    # moved centers once, for their objective and, where kept, for the next swap.
+    best, kept = C, torch.zeros(B, dtype=torch.long, device=X.device)
+    D, best_objective = distances(C)
     if k < 2:  # nothing to move a center away from
         return Swapped(best, best_objective, kept)
     trials = 2 + int(math.log(k))
     batch = torch.arange(B, device=X.device)
     for _ in range(tries):
-        two, order = reference.sqdist(X64, best.double()).topk(2, dim=-1, largest=False)
+        two, order = D.topk(2, dim=-1, largest=False)
         nearest, second, label = two[..., 0], two[..., 1], order[..., 0]
         cost = X64.new_zeros(B, k).scatter_add_(1, label, w * (second - nearest))
         drop = cost.argmin(dim=1)  # the lowest index at a tie
@@ -80,9 +85,10 @@ def swap(
         moved = best.clone()
         moved[batch, drop] = X[batch, pick].to(best.dtype)
         moved = iterate(moved)
-        moved_objective = objective(moved)
+        moved_distances, moved_objective = distances(moved)
         better = moved_objective < best_objective
         best = torch.where(better[:, None, None], moved, best)
+        D = torch.where(better[:, None, None], moved_distances, D)
         best_objective = torch.where(better, moved_objective, best_objective)
         kept += better
     return Swapped(best, best_objective, kept)
