@@ -30,6 +30,7 @@ first samples of a longer run are those of a shorter one, and every checkpoint o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 from collections.abc import Callable, Sequence
@@ -141,17 +142,16 @@ def lloyd_swapped(Y: torch.Tensor, seeded: dict[str, torch.Tensor], steps: int, 
 
 
 @torch.no_grad()
-def model_objectives(
-    trained: Trained, frame: Frame, Y: torch.Tensor, C0: torch.Tensor, lloyd_last: int = 0, swaps: int = 0, name: str = "", seed: int = 0
-) -> dict[str, torch.Tensor]:
+def model_objectives(trained: Trained, frame: Frame, Y: torch.Tensor, C0: torch.Tensor, name: str = "", seed: int = 0) -> dict[str, torch.Tensor]:
     """The model's log objectives ``(S,)`` after its ``eval.steps`` re-embedded steps from ``C0``:
     of its centers as the user gets them (``model``: in the user's units, as
     ``TransformerKMeans`` returns them, taken back to the frame: a padded coordinate the layer
-    moved a center along is dropped) and of the layer's own centers (``layer``); with
-    ``lloyd_last``, ``model+lloyd``: that many of the steps Lloyd's, from the centers the model
-    returns after the others; with ``swaps``, the swaps after those centers (see the module; the
-    data set's ``name`` and the ``seed`` draw them)."""
+    moved a center along is dropped) and of the layer's own centers (``layer``); with the
+    checkpoint's ``lloyd_last``, ``model+lloyd``: that many of the steps Lloyd's, from the centers
+    the model returns after the others; with its ``swaps``, the swaps after those centers (see the
+    module; the data set's ``name`` and the ``seed`` draw them)."""
     X64 = Y.double()
+    lloyd_last, swaps = trained.lloyd_last, trained.swaps
     trajectory = trained.model(Y, C0, n_steps=trained.steps, reembed=True).trajectory.double()
     centers = trajectory[:, -1]
     returned = frame.to_model(frame.to_user(centers))
@@ -218,7 +218,10 @@ def evaluate(
         if lloyd_last is not None and lloyd_last > model.steps:
             raise InputError(f"--lloyd-last {lloyd_last}: {model.path} runs {model.steps} steps; expected at most {model.steps} of them Lloyd's")
     # Each checkpoint's finish: the one given, else its own.
-    finish = {id(model): (model.lloyd_last if lloyd_last is None else lloyd_last, model.swaps if swaps is None else swaps) for model in trained}
+    trained = [
+        dataclasses.replace(model, lloyd_last=model.lloyd_last if lloyd_last is None else lloyd_last, swaps=model.swaps if swaps is None else swaps)
+        for model in trained
+    ]
     points = {data.name: data.load() for data in chosen}
     plan, skipped = [], []
     for data in chosen:
@@ -243,13 +246,12 @@ def evaluate(
             seeded = starts(Y, k, data.name, seed)
             cache[key] = (frame, Y, seeded, *baselines(Y, seeded, model.steps))
         frame, Y, seeded, classical, unconverged = cache[key]
-        last, swaps_here = finish[id(model)]
-        if swaps_here:
-            at = (*key, model.steps, swaps_here)
+        if model.swaps:
+            at = (*key, model.steps, model.swaps)
             if at not in swapped_lloyds:
-                swapped_lloyds[at] = lloyd_swapped(Y, seeded, model.steps, swaps_here, data.name, seed)
+                swapped_lloyds[at] = lloyd_swapped(Y, seeded, model.steps, model.swaps, data.name, seed)
             classical = {**classical, SWAPPED_LLOYD: swapped_lloyds[at]}
-        logs = model_objectives(model, frame, Y, seeded["random"], last, swaps_here, data.name, seed)
+        logs = model_objectives(model, frame, Y, seeded["random"], data.name, seed)
         layer = logs.pop("layer")
         n, features = points[data.name].shape
         rows.append(
@@ -264,11 +266,11 @@ def evaluate(
                 "k": k,
                 "samples": samples,
                 "steps": model.steps,
-                "lloyd_last": last,
-                "swaps": swaps_here,
+                "lloyd_last": model.lloyd_last,
+                "swaps": model.swaps,
                 "lloyd_unconverged": unconverged,
                 "model_before_projection": describe(layer.tolist()),
-                **_row({**logs, **classical}, swapped_name(last) if swaps_here else None),
+                **_row({**logs, **classical}, swapped_name(model.lloyd_last) if model.swaps else None),
             }
         )
         if progress is not None:
@@ -288,8 +290,8 @@ def evaluate(
                 "any_k": m.any_k,
                 "steps": m.steps,
                 "scaling": m.scaling,
-                "lloyd_last": finish[id(m)][0],
-                "swaps": finish[id(m)][1],
+                "lloyd_last": m.lloyd_last,
+                "swaps": m.swaps,
             }
             for m in trained
         ],
