@@ -202,16 +202,22 @@ def reseed_seed(seed: int, n: int, k: int, task: int) -> int:
     return _derived_seed(_RESEEDS, seed, n, k, task)
 
 
-def _swapped(X: torch.Tensor, runs: dict[str, torch.Tensor], ev: dict, seed: int, n: int, k: int, start: int) -> dict[str, torch.Tensor]:
-    """The log objectives ``(B,)`` of ``eval.swaps`` swaps after the model's final centers (after
-    ``model+lloyd``'s where there are those) and after Lloyd's, the draws of both from one seed."""
+def _swapped_runs(ev: dict) -> dict[str, str]:
+    """With ``eval.swaps``, the swapped methods, each with the run whose final centers it starts
+    from: the model's (``model+lloyd``'s where there are those) and Lloyd's."""
+    if not ev.get("swaps"):
+        return {}
     ours = "model+lloyd" if ev["lloyd_last"] else "model"
+    return {f"{ours}+swaps": ours, "lloyd+swaps": "lloyd"}
+
+
+def _swapped(X: torch.Tensor, runs: dict[str, torch.Tensor], ev: dict, seed: int, n: int, k: int, start: int) -> dict[str, torch.Tensor]:
+    """The log objectives ``(B,)`` of ``eval.swaps`` swaps after each run of
+    :func:`_swapped_runs`, the draws of all from one seed."""
     draws = _derived_seed(_SWAPS, seed, n, k, start)
     return {
-        f"{ours}+swaps" if which == ours else "lloyd+swaps": swap(
-            X, runs[which][:, -1].to(X.dtype), ev["swaps"], ev["steps"], torch.Generator().manual_seed(draws)
-        ).objective.log()
-        for which in (ours, "lloyd")
+        method: swap(X, runs[run][:, -1].to(X.dtype), ev["swaps"], ev["steps"], torch.Generator().manual_seed(draws)).objective.log()
+        for method, run in _swapped_runs(ev).items()
     }
 
 
@@ -247,7 +253,7 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
     generator, seed, reseeded = _task_generator(config, n, k), task_seed(config), 0
     methods = (*METHODS, *(["model+lloyd"] if ev["lloyd_last"] else []), *(["reference"] if variant.reference is not None else []))
     sums = {method: torch.zeros(ev["steps"] + 1, dtype=torch.float64) for method in methods}
-    finals = [*ev["baselines"], *([f"{'model+lloyd' if ev['lloyd_last'] else 'model'}+swaps", "lloyd+swaps"] if ev.get("swaps") else [])]
+    finals = [*ev["baselines"], *_swapped_runs(ev)]
     last: dict[str, list[torch.Tensor]] = {method: [] for method in (*methods, *finals)}  # per task, at the end
     for start in range(0, ev["tasks"], ev["batch_size"]):
         batch = min(ev["batch_size"], ev["tasks"] - start)
@@ -275,9 +281,8 @@ def _evaluate_setting(model: torch.nn.Module, config: dict, init: str, n: int, k
         seeds = [baseline_seed(seed, n, k, start + i) for i in range(batch)]
         for name in ev["baselines"]:
             last[name].append(fast.objective(X64, baselines.BASELINES[name](X64, k, seeds)).log())
-        if ev.get("swaps"):
-            for name, logs in _swapped(X, runs, ev, seed, n, k, start).items():
-                last[name].append(logs)
+        for name, logs in _swapped(X, runs, ev, seed, n, k, start).items():
+            last[name].append(logs)
         tasks_done(batch)
     ends = {method: torch.cat(values) for method, values in last.items()}
     return {
