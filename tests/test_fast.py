@@ -11,8 +11,11 @@ import torch
 
 import ktframe
 from ktframe import fast
+from ktframe.core import host, reference
+from ktframe.core.tasks import mixture
 from ktframe.fast import attention  # noqa: F401  (fast.attention, which only training imports otherwise)
 from ktframe.fast import model as fast_model
+from ktframe.kernels import cpu as kernels
 from ktframe.plugin.manager import registry
 from ktframe.transformer import construction, model
 
@@ -353,6 +356,34 @@ def test_tasks_that_stop_at_different_steps_keep_their_streams_one_step_at_a_tim
     assert torch.equal(quick.n_iter, plain.n_iter)
     assert torch.equal(quick.assignments, plain.assignments)
     torch.testing.assert_close(quick.trajectory, plain.trajectory, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_steps_on_the_kernels_stop_each_task_where_the_exact_rule_does(monkeypatch, dtype):
+    # Tasks of 2 000 points: the steps run on the kernels one by one, and kernels.shifts_beyond
+    # passes over the steps that surely stop no task. The run is the one where the exact
+    # comparison decides every step, bit for bit, with a tol that puts task 0's bound at the very
+    # shift of its third step (which the kernel must leave to the exact comparison).
+    X, _ = mixture(6, 2000, 2, 8, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    C0 = reference.kmeans_plusplus(X, 8, torch.Generator().manual_seed(4))
+    model = ktframe.build_model("lloyd", d=2, k=8, n_layers=40, dtype=dtype)
+    with torch.no_grad():
+        trajectory = model(X, C0).trajectory
+    at_bound = (host.squared_shift(trajectory[:1, 2], trajectory[:1, 3]) / host.mean_square_deviation(X[:1])).item()
+    verdicts = []
+    decide = kernels.shifts_beyond
+    for tol in (1e-4, at_bound):
+        monkeypatch.setattr(kernels, "shifts_beyond", lambda *args: verdicts.append(decide(*args)) or verdicts[-1])
+        with torch.no_grad():
+            quick = model(X, C0, tol=tol)
+        monkeypatch.setattr(kernels, "shifts_beyond", lambda *args: False)
+        with torch.no_grad():
+            exact = model(X, C0, tol=tol)
+        assert len(set(exact.n_iter.tolist())) > 1 and int(exact.n_iter.max()) < 40, "tasks should stop at different steps"
+        for field in ("centers", "assignments", "trajectory", "n_iter"):
+            assert torch.equal(getattr(quick, field), getattr(exact, field)), field
+    assert True in verdicts and False in verdicts
+    assert int(quick.n_iter[0]) == 3
 
 
 @pytest.mark.xfail(

@@ -814,6 +814,27 @@ def test_tasks_changed_marks_the_tasks_with_any_other_number(dtype):
     assert kernels.tasks_changed(a, a.clone()).tolist() == [False, False, False, True, False, False]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_shifts_beyond_is_true_only_where_every_task_surely_goes_on(dtype):
+    g = torch.Generator().manual_seed(4)
+    before = torch.randn(5, 16, 3, generator=g, dtype=dtype)
+    after = before + 0.1 * torch.randn(5, 16, 3, generator=g, dtype=dtype)
+    shift = host.squared_shift(before, after).double()  # the rule's shift, in the centers' dtype
+    assert kernels.shifts_beyond(before, after, shift / 2)
+    assert not kernels.shifts_beyond(before, after, shift * 2)
+    at = shift / 2
+    at[3] = shift[3]  # one task exactly at its bound, as its dtype rounds the shift: it may stop
+    assert not kernels.shifts_beyond(before, after, at)
+    assert kernels.shifts_beyond(before, after, at, skip=torch.tensor([False, False, False, True, False]))
+    at[3] = shift[3] * (1 - 1e-3)  # beyond it by more than rounding
+    assert kernels.shifts_beyond(before, after, at)
+    still = after.clone()
+    still[1] = before[1]  # a task that did not move stops at any bound
+    assert not kernels.shifts_beyond(before, still, torch.zeros(5, dtype=torch.float64))
+    after[2, 0, 0] = float("nan")  # a NaN shift goes on by the rule (NaN <= bound is false), left to it
+    assert not kernels.shifts_beyond(before, after, shift / 2)
+
+
 THREADS_PROBE = """
 import os, torch
 from ktframe.kernels import cpu as kernels

@@ -747,6 +747,10 @@ class ModelPlan(Plan):
         # The tasks that stopped at the step before: their point streams are kept aside only
         # once another step follows, which would change them (a copy of the whole stream).
         just_stopped = None
+        # Where the steps run on the kernels, one kernel call tells a step that surely stops no
+        # task (most steps) from one that may, which the exact comparison decides: after a
+        # step's pass over the points, its few array operations take several times that call.
+        beyond = bound.double() if bound is not None and kernels.usable(points, centers) else None
         for step, layer in enumerate(layers):
             if just_stopped is not None:
                 stopped_points.append((just_stopped, points[just_stopped].clone()))
@@ -767,15 +771,18 @@ class ModelPlan(Plan):
                 points, centers = layer(points, centers, **weighted)
             current = read(centers, model.d).clone()
             if bound is not None:
-                within = center_shift(trajectory[-1], current) <= bound
                 if any_stopped:
                     current[stopped] = trajectory[-1][stopped]
-                    within &= ~stopped
-                if bool(within.any()):
-                    n_iter[within] = step + 1
-                    just_stopped = within.nonzero().squeeze(1)
-                    stopped |= within
-                    any_stopped = True
+                may_stop = beyond is None or not kernels.shifts_beyond(trajectory[-1], current, beyond, stopped if any_stopped else None)
+                if may_stop:
+                    within = center_shift(trajectory[-1], current) <= bound
+                    if any_stopped:
+                        within &= ~stopped
+                    if bool(within.any()):
+                        n_iter[within] = step + 1
+                        just_stopped = within.nonzero().squeeze(1)
+                        stopped |= within
+                        any_stopped = True
             trajectory.append(current)
             # Every remaining step would leave every task as it is, or is not read.
             if (any_settled and bool(settled.all())) or (any_stopped and bool(stopped.all())):

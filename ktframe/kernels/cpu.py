@@ -779,19 +779,31 @@ def _record(read, b, trajectory, first, last):
 
 
 @kernel(inline="always", nogil=True)
+def _stops(shift, bound, eps):
+    # Whether a task stops at a squared center shift `shift`, summed in float64, against its
+    # bound: within a relative eps of the bound the sum in the tensors' dtype
+    # (core.host.squared_shift) may fall on either side. 0 stops, 1 goes on, 2 cannot tell.
+    if shift * (1.0 + eps) <= bound:
+        return 0
+    return 1 if shift * (1.0 - eps) > bound else 2
+
+
+@kernel(inline="always", nogil=True)
 def _shift_verdict(trajectory, b, s, stop):
-    # Whether task b stops after step s: its squared center shift Σ (after − before)², summed in
-    # float64, against stop = (its bound, ε). Within a relative ε of the bound the sum in the
-    # tensors' dtype (core.host.squared_shift) may fall on either side: 0 stops, 1 goes on, 2
-    # cannot tell.
+    # _stops of task b after step s, against stop = (the bounds, ε).
     shift = 0.0
     for j in range(trajectory.shape[2]):
         for c in range(trajectory.shape[3]):
             gap = np.float64(trajectory[b, s, j, c]) - np.float64(trajectory[b, s - 1, j, c])
             shift += gap * gap
-    if shift * (1.0 + stop[1]) <= stop[0][b]:
-        return 0
-    return 1 if shift * (1.0 - stop[1]) > stop[0][b] else 2
+    return _stops(shift, stop[0][b], stop[1])
+
+
+def _shift_rounding(width: int, dtype: np.dtype) -> float:
+    """The relative ε of :func:`_stops` for shifts summed over ``width`` numbers: a sum of that
+    many squared gaps in ``dtype`` is within (width + 2) units of its roundoff of the exact sum,
+    as the float64 sum is of its own; ε covers both, twice."""
+    return (width + 3) * _limits(dtype)[0]
 
 
 @kernel(parallel=True, nogil=True)
@@ -887,10 +899,7 @@ def hard_steps(
     stopped = torch.zeros(B, dtype=torch.bool)
     doubt = torch.zeros(B, dtype=torch.bool)
     state = (_array(at), _array(settled), _array(n_iter), stopped.numpy(), doubt.numpy())
-    # A sum of n·e squared gaps in the trajectory's dtype is within (n·e + 2) units of its
-    # roundoff of the exact sum, as the float64 sum is of its own: ε covers both, twice.
-    width = trajectory.shape[2] * trajectory.shape[3]
-    stop = (np.empty(0) if bound is None else bound.double().numpy(), float((width + 3) * np.finfo(_array(trajectory).dtype).eps))
+    stop = (np.empty(0) if bound is None else bound.double().numpy(), _shift_rounding(trajectory.shape[2] * trajectory.shape[3], _array(trajectory).dtype))
     threads = _thread_count(B * m * n * d)
     with _using(threads):
         _hard_steps(
@@ -898,6 +907,31 @@ def hard_steps(
             tuple(_array(t) for t in update), _array(trajectory), state, stop, trajectory.shape[1] - 1, min(B, threads),
         )  # fmt: skip
     return stopped, doubt
+
+
+@kernel(nogil=True)
+def _shifts_beyond(before, after, bound, eps, skip):
+    for b in range(before.shape[0]):
+        if not skip[b]:
+            shift = 0.0
+            for j in range(before.shape[1]):
+                for c in range(before.shape[2]):
+                    gap = np.float64(after[b, j, c]) - np.float64(before[b, j, c])
+                    shift += gap * gap
+            if _stops(shift, bound[b], eps) != 1:
+                return False
+    return True
+
+
+def shifts_beyond(before: torch.Tensor, after: torch.Tensor, bound: torch.Tensor, skip: torch.Tensor | None = None) -> bool:
+    """Whether every task's squared center shift ``Σ (after − before)²`` (centers (B, k, e) each)
+    is surely beyond its ``bound`` (B,) float64, as :func:`ktframe.core.host.squared_shift` rounds
+    it in the centers' dtype, the tasks marked in ``skip`` (B,) left out. One call on the calling
+    thread, where the shift, the comparison and the reduction would be three: after a step's
+    pass over the points, each costs more than its handful of numbers. False where some task
+    may stop: the exact comparison decides it."""
+    width = before.shape[1] * before.shape[2]
+    return _shifts_beyond(_array(before), _array(after), _array(bound), _shift_rounding(width, _array(before).dtype), _skipped(skip, before.shape[0]))
 
 
 # --- gathering value rows ---------------------------------------------------------------------
