@@ -18,8 +18,25 @@ from ktframe.core import host, reference
 from ktframe.core.tasks import mixture
 
 
+@pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
+def threads(request):
+    """PyTorch's thread count for the test (NumPy makes the arrays only on more than one)."""
+    budget = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(budget)
+
+
+@pytest.fixture
+def two_threads():
+    budget = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(budget)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_each_function_gives_pytorchs_numbers(dtype):
+def test_each_function_gives_pytorchs_numbers(dtype, threads):
     generator = torch.Generator().manual_seed(0)
     X = torch.randn(3, 50, 4, generator=generator, dtype=dtype) * 5 + 2
     tokens = host.padded(X, 9)
@@ -45,7 +62,7 @@ def test_a_large_stream_made_by_pytorch_holds_the_same_numbers():
     assert tokens.is_contiguous() and small.is_contiguous()
 
 
-def test_extremes_propagate_nan_and_inf():
+def test_extremes_propagate_nan_and_inf(threads):
     X = torch.zeros(10)
     X[3] = math.inf
     assert host.extremes(X)[1] == math.inf
@@ -86,7 +103,7 @@ class LargeOperations(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("batch, n, d, k", [(1, 50_000, 2, 16), (1, 20_000, 32, 100), (1024, 100, 2, 8)])
-def test_a_fit_on_the_kernels_leaves_pytorchs_threads_idle(batch, n, d, k):
+def test_a_fit_on_the_kernels_leaves_pytorchs_threads_idle(batch, n, d, k, two_threads):
     generator = torch.Generator().manual_seed(0)
     X, _ = mixture(batch, n, d, k, generator=generator)
     C0 = reference.kmeans_plusplus(X, k, generator)
@@ -100,7 +117,7 @@ def test_a_fit_on_the_kernels_leaves_pytorchs_threads_idle(batch, n, d, k):
 
 
 @torch.no_grad()
-def test_the_model_steps_one_by_one_on_the_kernels_leave_pytorchs_threads_idle(kernels_by_ktframe_rule):
+def test_the_model_steps_one_by_one_on_the_kernels_leave_pytorchs_threads_idle(kernels_by_ktframe_rule, two_threads):
     # 256 tasks of 100 points in 2-D, by ktframe's size rule: the projected queries alone are
     # below the kernels' size, the step's token streams are not, and the step's arg-max runs on
     # the kernels with the rest of it.
@@ -114,3 +131,23 @@ def test_the_model_steps_one_by_one_on_the_kernels_leave_pytorchs_threads_idle(k
         result = model(X, C0)
     assert record.seen == [], record.seen
     torch.testing.assert_close(result.centers, reference.lloyd(X, C0, 10).centers)
+
+
+def test_on_one_thread_pytorch_makes_the_arrays_that_come_out_the_same(threads):
+    # A stream of GRAIN numbers and more: PyTorch's own allocation and fill on one thread, where
+    # it has no other threads to spin; NumPy's on two. The arithmetic (the tol bound, a shift)
+    # stays NumPy's either way, so that its rounding does not depend on the thread count.
+    X = torch.rand(2, GRAIN, 2)
+    with LargeOperations() as record:
+        tokens = host.padded(X, 6)
+        host.concatenated(X, X)
+        host.stacked([X, X], dim=1)
+        host.extremes(X)
+        host.mean_square_deviation(X)
+    assert torch.equal(tokens[..., :2], X) and not tokens[..., 2:].any()
+    made = {entry.split()[0] for entry in record.seen}
+    if threads == 1:
+        assert {"new_zeros.default", "cat.default", "stack.default", "aminmax.default"} <= made, made
+    assert not any(name.startswith(("sub", "mean", "pow", "square")) for name in made), made
+    if threads == 2:
+        assert record.seen == [], record.seen

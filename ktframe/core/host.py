@@ -7,7 +7,9 @@ window. The few whole-array operations a fit makes between its kernel launches (
 range check of its input, the zero-padded point stream and the one-hot center stream, a fill, the
 ``tol`` bound, the center shifts, the trajectory) are made here, by NumPy where it can: CPU
 tensors of a dtype it shares, without a gradient to record; elsewhere by PyTorch
-(docs/performance.md, Threading).
+(docs/performance.md, Threading). Where PyTorch runs on one thread it has no other threads to
+spin, and the arrays that come out the same from either library (a padded stream, a join, a fill,
+the extremes) are PyTorch's, which allocates and fills them faster.
 """
 
 from __future__ import annotations
@@ -37,10 +39,16 @@ def by_numpy(*tensors: torch.Tensor, numbers: int = 0) -> bool:
     return fits and all(t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES and not (grad and t.requires_grad) for t in tensors)
 
 
+def _threads_spared(*tensors: torch.Tensor, numbers: int = 0) -> bool:
+    """Whether NumPy makes an array that PyTorch would make the same: where it can
+    (:func:`by_numpy`) and PyTorch runs on more than one thread."""
+    return torch.get_num_threads() > 1 and by_numpy(*tensors, numbers=numbers)
+
+
 def padded(X: torch.Tensor, width: int) -> torch.Tensor:
     """``(B, n, width)``: ``X`` (B, n, d) in the first d coordinates and zeros after, new memory."""
     B, n, d = X.shape
-    if not by_numpy(X, numbers=B * n * width):
+    if not _threads_spared(X, numbers=B * n * width):
         tokens = X.new_zeros(B, n, width)
         tokens[..., :d] = X
         return tokens
@@ -61,21 +69,21 @@ def stacked(tensors: list[torch.Tensor], dim: int) -> torch.Tensor:
 
 def _joined(tensors: Sequence[torch.Tensor], dim: int, torch_join: Callable, numpy_join: Callable) -> torch.Tensor:
     # NumPy's join where it is the faster one (tensors of one dtype on the CPU, not tracked).
-    if not by_numpy(*tensors) or len({t.dtype for t in tensors}) > 1:
+    if not _threads_spared(*tensors) or len({t.dtype for t in tensors}) > 1:
         return torch_join(tensors, dim=dim)
     return torch.from_numpy(numpy_join([t.detach().numpy() for t in tensors], axis=dim))
 
 
 def filled(shape: tuple[int, ...], value: int) -> torch.Tensor:
     """An int64 CPU tensor of ``shape`` holding ``value`` everywhere."""
-    if not by_numpy(numbers=math.prod(shape)):
+    if not _threads_spared(numbers=math.prod(shape)):
         return torch.full(shape, value, dtype=torch.long)
     return torch.from_numpy(np.full(shape, value, dtype=np.int64))
 
 
 def extremes(tensor: torch.Tensor) -> tuple[float, float]:
     """The least and the largest entry of a non-empty floating tensor, NaN where one is NaN."""
-    if by_numpy(tensor):
+    if _threads_spared(tensor):
         array = tensor.detach().numpy()
         return float(array.min()), float(array.max())
     low, high = torch.aminmax(tensor)
