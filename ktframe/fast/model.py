@@ -666,10 +666,11 @@ class ModelPlan(Plan):
 
     With ``tol``, a task stops after the first step whose center shift is within its bound
     (:func:`~ktframe.transformer.model.shift_bound`), as the definition says: step by step, its
-    centers are repeated from then on and the steps end once every task has stopped; the one
-    kernel call stops a task at a step whose shift is surely within its bound, and where it cannot
-    tell (a shift within rounding of the bound) or the layer took some of its steps itself, the
-    steps after the task's stop are cut off afterwards.
+    centers are repeated from then on and the steps end once every task has stopped (on the
+    kernels, one call passes over a step that surely stops no task, the definition's comparison
+    deciding the others); the one kernel call stops a task at a step whose shift is surely within
+    its bound, and where it cannot tell (a shift within rounding of the bound) or the layer took
+    some of its steps itself, the steps after the task's stop are cut off afterwards.
     """
 
     skip_settled: bool
