@@ -22,6 +22,8 @@
   ``tol`` bound), in two passes (NumPy's casts to float64 cost more than the sums).
 - :func:`tasks_changed`: which tasks' rows differ between two copies, in one pass (PyTorch takes
   a compare, a reduction and their temporaries).
+- :func:`shifts_beyond`: whether a step's center shift is surely beyond every task's ``tol``
+  bound, in one call where the exact comparison takes three array operations.
 
 On finite inputs they compute what their PyTorch counterparts compute (sums in another order).
 They run on CPU tensors of float32 or float64 that need no gradient; :func:`usable` says when,
