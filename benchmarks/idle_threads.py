@@ -3,8 +3,11 @@
 Prints (1) the CPU time PyTorch's other threads spend after one large operation (spinning, waiting
 for more work), (2) the first arg-max of a bare `lloyd` model call at n = 5·10⁴, d = 2, k = 16
 right after such an operation and after the threads have gone to sleep, (3) the cost of one
-launch of a bare numba parallel loop in the threading layer in use, and (4) that arg-max on one
-thread and on two. Run it once per setting:
+launch of a bare numba parallel loop in the threading layer in use, (4) that arg-max on one
+thread and on two, and (5) a parallel loop of two equal halves of busy work on two threads,
+launched after 100 µs of Python work as a model's step launches its kernels: the wall time
+against one half's, which is 1 where the second thread takes its half at once and 2 where the
+calling thread ends up doing both. Run it once per setting:
 
     python benchmarks/idle_threads.py                               # ktframe's layer: tbb
     NUMBA_THREADING_LAYER=workqueue python benchmarks/idle_threads.py
@@ -94,6 +97,52 @@ def main() -> None:
     for _ in range(2000):
         touch(a, 2)
     print(f"(3) one launch of a bare parallel loop, {numba.threading_layer()} layer: {(time.perf_counter() - start) / 2000 * 1e6:.1f} µs")
+
+    @numba.njit(parallel=True, nogil=True)
+    def halves(out, spins, workers):
+        for i in numba.prange(workers):
+            x = 0.0
+            for _ in range(spins):
+                x = x * 0.999999 + 1.0
+            out[i] = x
+
+    torch.set_num_threads(2)
+    numba.set_num_threads(2)
+    out = np.zeros(2)
+    for micros in (50, 200, 1000):
+        spins = calibrated(lambda n: halves(out, n, 1), micros * 1e-6)
+        half, both = [], []
+        for _ in range(200):
+            python_work(100e-6)
+            start = time.perf_counter()
+            halves(out, spins, 1)
+            half.append(time.perf_counter() - start)
+            python_work(100e-6)
+            start = time.perf_counter()
+            halves(out, spins, 2)
+            both.append(time.perf_counter() - start)
+        print(f"(5) two halves of {micros} µs each on two threads, after 100 µs of Python: {np.median(both) / np.median(half):.2f}x one half's time")
+    torch.set_num_threads(budget)
+
+
+def python_work(seconds: float) -> None:
+    """Busy the calling thread in Python for about ``seconds``."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def calibrated(run, seconds: float) -> int:
+    """The count of spins for which ``run(count)`` takes about ``seconds`` on the calling thread."""
+    spins = 1000
+    run(spins)
+    while True:
+        start = time.perf_counter()
+        run(spins)
+        took = time.perf_counter() - start
+        if took >= seconds / 4:
+            return max(1, int(spins * seconds / took))
+        spins *= 4
 
 
 if __name__ == "__main__":
