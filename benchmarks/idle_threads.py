@@ -3,8 +3,8 @@
 Prints (1) the CPU time PyTorch's other threads spend after one large operation (spinning, waiting
 for more work), (2) the first arg-max of a bare `lloyd` model call at n = 5·10⁴, d = 2, k = 16
 right after such an operation and after the threads have gone to sleep, (3) the cost of one
-launch of a bare numba parallel loop in the threading layer in use, (4) that arg-max on one
-thread and on two, and (5) a parallel loop of two equal halves of busy work on two threads,
+launch of a bare numba parallel loop in the threading layer in use, (4) that arg-max on two
+threads, on one, and on two again, and (5) a parallel loop of two equal halves of busy work on two threads,
 launched after 100 µs of Python work as a model's step launches its kernels: the wall time
 against one half's, which is 1 where the second thread takes its half at once and 2 where the
 calling thread ends up doing both. Run it once per setting:
@@ -74,7 +74,7 @@ def main() -> None:
     for label, seconds in times.items():
         print(f"(2) one arg-max pass (n=5e4, d=2, k=16) {label}: median {np.median(seconds) * 1e3:.2f} ms")
     budget = torch.get_num_threads()
-    for threads in (1, 2):
+    for threads in (2, 1, 2):  # two threads before and after a pass on one
         torch.set_num_threads(threads)  # the kernels run on as many threads as PyTorch does
         seconds = []
         for _ in range(15):
