@@ -7,7 +7,9 @@ launch of a bare numba parallel loop in the threading layer in use, (4) that arg
 threads, on one, and on two again, and (5) a parallel loop of two equal halves of busy work on two threads,
 launched after 100 µs of Python work as a model's step launches its kernels: the wall time
 against one half's, which is 1 where the second thread takes its half at once and 2 where the
-calling thread ends up doing both. Run it once per setting:
+calling thread ends up doing both, and (6) the arg-max on two threads right after a two-iteration
+scikit-learn fit of the same points (its OpenMP threads: the system's libgomp, which numba's omp
+layer shares), as a benchmark that takes turns with scikit-learn times it. Run it once per setting:
 
     python benchmarks/idle_threads.py                               # ktframe's layer: tbb
     NUMBA_THREADING_LAYER=workqueue python benchmarks/idle_threads.py
@@ -22,10 +24,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 
 import numpy as np
 import torch
 from common import machine
+from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
 
 import ktframe
 from ktframe.core import reference
@@ -122,6 +127,17 @@ def main() -> None:
             halves(out, spins, 2)
             both.append(time.perf_counter() - start)
         print(f"(5) two halves of {micros} µs each on two threads, after 100 µs of Python: {np.median(both) / np.median(half):.2f}x one half's time")
+
+    points, starts = X[0].double().numpy(), C0[0].double().numpy()
+    seconds = []
+    for _ in range(20):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            KMeans(16, init=starts, n_init=1, max_iter=2, tol=0.0).fit(points)
+        start = time.perf_counter()
+        cpu.argmax_dot(q, k, 2.0, -1.0, values=q)
+        seconds.append(time.perf_counter() - start)
+    print(f"(6) the arg-max pass on two threads right after a scikit-learn fit: median {np.median(seconds) * 1e3:.2f} ms")
     torch.set_num_threads(budget)
 
 
