@@ -51,6 +51,7 @@ from ktframe.plugin.build import get_variant
 
 METHODS = ("model", "lloyd", "lloyd-reseed", "k-means++", "greedy-k-means++")
 MODEL_METHODS = ("model", "model+lloyd", "model+swaps", "model+lloyd+swaps")  # the checkpoint's; every other method is compared with them (``versus``)
+SWAPPED_LLOYD = "lloyd+swaps"
 
 
 def load_checkpoint(path: str | Path) -> tuple[dict, torch.nn.Module]:
@@ -202,13 +203,18 @@ def reseed_seed(seed: int, n: int, k: int, task: int) -> int:
     return _derived_seed(_RESEEDS, seed, n, k, task)
 
 
+def swapped_name(lloyd_last: int) -> str:
+    """The name of the model's centers after the swaps: after ``model+lloyd``'s where there are
+    those (``lloyd_last``), else after the model's."""
+    return f"{'model+lloyd' if lloyd_last else 'model'}+swaps"
+
+
 def _swapped_runs(ev: dict) -> dict[str, str]:
     """With ``eval.swaps``, the swapped methods, each with the run whose final centers it starts
     from: the model's (``model+lloyd``'s where there are those) and Lloyd's."""
     if not ev.get("swaps"):
         return {}
-    ours = "model+lloyd" if ev["lloyd_last"] else "model"
-    return {f"{ours}+swaps": ours, "lloyd+swaps": "lloyd"}
+    return {swapped_name(ev["lloyd_last"]): "model+lloyd" if ev["lloyd_last"] else "model", SWAPPED_LLOYD: "lloyd"}
 
 
 def _swapped(X: torch.Tensor, runs: dict[str, torch.Tensor], ev: dict, seed: int, n: int, k: int, start: int) -> dict[str, torch.Tensor]:

@@ -45,6 +45,7 @@ from ktframe.core.errors import InputError
 from ktframe.core.io import check_writable, relative_path, write_atomically
 from ktframe.core.streams import derived_generator
 from ktframe.evaluation.datasets import data_sets
+from ktframe.evaluation.evaluate import SWAPPED_LLOYD, swapped_name
 from ktframe.fast import lloyd as fast
 from ktframe.fast.swaps import swap
 from ktframe.reporting.report import describe
@@ -55,7 +56,6 @@ POINTS = 512
 CONVERGED_MAX_ITER = 300
 METHODS = ("model", "lloyd", "lloyd-converged", "k-means++", "greedy-k-means++")
 HYBRID = "model+lloyd"
-SWAPPED_LLOYD = "lloyd+swaps"
 OUTPUTS = ("report.md", "report.json")
 # The checkpoints evaluated when none is named, those of them that exist.
 DEFAULT_CHECKPOINTS = ("results/paper-seed0.ckpt", "results/anyk-seed0.ckpt", "results/general.ckpt")
@@ -104,11 +104,6 @@ def frame_label(features: int, d: int) -> str:
     if features > d:
         return f"first {d} principal components"
     return f"zero-padded to {d}" if features < d else "as is"
-
-
-def swapped_name(lloyd_last: int) -> str:
-    """The name of the model's centers after the swaps."""
-    return f"{HYBRID if lloyd_last else 'model'}+swaps"
 
 
 def swapped(Y: torch.Tensor, C: torch.Tensor, swaps: int, steps: int, name: str, k: int, seed: int) -> torch.Tensor:
