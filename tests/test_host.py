@@ -5,6 +5,7 @@ on the cores the kernels need (docs/performance.md, Threading)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 
@@ -18,21 +19,28 @@ from ktframe.core import host, reference
 from ktframe.core.tasks import mixture
 
 
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """PyTorch on ``count`` threads inside, its own count again after."""
+    budget = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield count
+    finally:
+        torch.set_num_threads(budget)
+
+
 @pytest.fixture(params=[1, 2], ids=["1-thread", "2-threads"])
 def threads(request):
     """PyTorch's thread count for the test (NumPy makes the arrays only on more than one)."""
-    budget = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(budget)
+    with torch_threads(request.param):
+        yield request.param
 
 
 @pytest.fixture
 def two_threads():
-    budget = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(budget)
+    with torch_threads(2):
+        yield
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
