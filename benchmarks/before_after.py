@@ -1,8 +1,10 @@
 """This checkout's figures against another checkout's (the code before a change), in one run.
 
 Benchmarks (1), (2), (3) and (5) of docs/performance.md — the estimator and the bare model against
-scikit-learn, many small tasks, a training step, ``ktframe cluster`` — each run as its own process
-from each checkout (its own script, its own ktframe and plugins on ``PYTHONPATH``), the two
+scikit-learn, many small tasks, a training step, ``ktframe cluster`` — and the estimator and bare
+model in a process of their own (ktframe_alone.py), each run as its own process from each checkout
+(its own script, its own ktframe and plugins on ``PYTHONPATH``; a script the other checkout lacks,
+which takes only the public API, is this checkout's, run on the other's ktframe), the two
 checkouts taking turns round by round and in alternating order (A B, B A, ...), so that a slow
 spell of a shared machine falls on both. Every figure is printed as the median of its rounds for
 each checkout, with its range, the ratio after / before of the medians, and the ratio paired by
@@ -61,6 +63,13 @@ BENCHMARKS = {
             ("naive / ktframe", r"ratio naive / ktframe:\s+([\d.]+)x"),
         ],
     ),
+    "ktframe_alone.py": (
+        ["--repeats", "7"],
+        [
+            ("fit alone, ms", r"TransformerKMeans\.fit\s+([\d.]+) ms"),
+            ("model alone, ms", r"bare model\s+([\d.]+) ms"),
+        ],
+    ),
     "cluster_cli.py": (
         ["--n", "200000", "--rounds", "1"],
         [
@@ -88,7 +97,8 @@ def run(checkout: Path, script: str, arguments: list[str], threads: int | None) 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), str(checkout / "plugins")])}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
-    done = subprocess.run([sys.executable, script, *arguments], cwd=checkout / "benchmarks", env=env, capture_output=True, text=True)
+    folder = checkout / "benchmarks" if (checkout / "benchmarks" / script).exists() else HERE
+    done = subprocess.run([sys.executable, script, *arguments], cwd=folder, env=env, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{script} failed in {checkout}:\n{done.stderr[-3000:]}")
     settings = [" ".join(f"{name}={value}" for name, value in zip("ndk", found)) for found in re.findall(SETTING, done.stdout, re.M)]

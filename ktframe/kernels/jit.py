@@ -146,13 +146,17 @@ def load_numba() -> ModuleType:
     """numba, imported on first use, its threading layer chosen unless the user chose one
     (``NUMBA_THREADING_LAYER``) or the host's own numba code has started one already.
 
-    numba's first choice in a pip environment, its OpenMP layer, loads the system's libgomp beside
-    the one PyTorch bundles (numba links the library by its file name, not its soname): two
-    OpenMP runtimes in one process, with two pools of spinning threads on the same cores. The tbb
-    layer is taken instead (``tbb`` is a dependency where it has wheels): it launches a loop in
-    microseconds, as OpenMP does, and is safe to launch from several threads at once. Where TBB
-    cannot be loaded, or numba refuses its version, numba's own pool, ``workqueue``, is taken: it
-    launches a loop in tens of microseconds and takes one launch at a time, which
+    numba's first choice in a pip environment, its OpenMP layer, is not taken. Loaded after
+    PyTorch, its calls into OpenMP do bind to the libgomp that PyTorch put in the process's
+    global scope, so its loops run on PyTorch's own pool; but it also loads the system's libgomp
+    (numba links it by file name, not by soname), a second runtime in the process, and numba
+    ends any process forked after a kernel ran at that child's first kernel (GNU OpenMP is not
+    fork-safe): a DataLoader worker or a ``multiprocessing`` child could not fit. The tbb layer is
+    taken instead (``tbb`` is a dependency where it has wheels): it launches a loop in
+    microseconds, as OpenMP does, and is safe to launch from several threads at once and in a
+    forked child; its threads are a pool beside PyTorch's. Where TBB cannot be loaded, or numba
+    refuses its version, numba's own pool, ``workqueue``, is taken: it launches a loop in tens of
+    microseconds and takes one launch at a time, which
     :func:`ktframe.kernels.cpu._using` keeps to."""
     import numba
 
