@@ -38,7 +38,6 @@ import contextlib
 import functools
 import threading
 from collections.abc import Iterator
-from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -54,11 +53,12 @@ _KERNEL_DTYPES = (torch.float32, torch.float64)
 
 def eligible(*tensors: torch.Tensor) -> bool:
     """Whether the kernels take these tensors, whatever their size: CPU, float32/float64, no
-    autograd, not turned off. The rest of a step whose first kernel has run (:func:`usable`) goes
-    to the kernels on this test alone: a PyTorch operation between two kernel launches that is
+    autograd, not turned off, not in a process forked from one whose kernels run on OpenMP
+    (:func:`ktframe.kernels.jit.forked_from_openmp_pool`). The rest of a step whose first kernel
+    has run (:func:`usable`) goes to the kernels on this test alone: a PyTorch operation between two kernel launches that is
     large enough for PyTorch's OpenMP threads (a small matrix product is) leaves them spinning on
     the cores that the next launch's threads need, for longer than the launch itself."""
-    if switches.on(OFF_ENV):
+    if switches.on(OFF_ENV) or jit.forked_from_openmp_pool():
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:  # a loop, not all(...) over a generator: this runs several times per layer
@@ -88,29 +88,19 @@ SERIAL_WORK = 1 << 16
 _LAUNCH = threading.RLock()
 
 
-@functools.cache
-def _start_pool() -> ModuleType:
-    """numba, its pool started (in the threading layer :func:`ktframe.kernels.jit.load_numba` chose)."""
-    numba = load_numba()
-    budget = torch.get_num_threads()
-    numba.get_num_threads()  # starts the pool
-    torch.set_num_threads(budget)  # which an OpenMP layer, had the user chosen one, sets for the whole process
-    return numba
-
-
 def _thread_count(work: int) -> int:
     """How many threads a kernel of ``work`` runs on: as many as PyTorch uses (the process's
     budget: ``torch.set_num_threads``, ``OMP_NUM_THREADS``; a multirun's ``--jobs`` share the
     cores by it), at most numba's pool, and one for less than ``SERIAL_WORK``."""
-    numba = _start_pool()
+    numba = load_numba()
     return 1 if work < SERIAL_WORK else max(1, min(numba.config.NUMBA_NUM_THREADS, torch.get_num_threads()))
 
 
 @contextlib.contextmanager
 def _using(threads: int) -> Iterator[None]:
     """The numba kernels called inside run on ``threads`` threads (numba's setting is the calling
-    thread's own), one calling thread at a time: numba's workqueue layer, ktframe's choice where
-    TBB is missing, takes one parallel launch at a time, and a second one at once would end the
+    thread's own), one calling thread at a time: numba's workqueue layer, ktframe's last choice
+    (:func:`ktframe.kernels.jit.load_numba`), takes one parallel launch at a time, and a second one at once would end the
     process."""
     numba = load_numba()
     with _LAUNCH:

@@ -20,11 +20,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.metadata
+import os
 import sys
 import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
+
+import torch
 
 # Work on fewer numbers than this (the tensors a kernel would take, together) runs on PyTorch's
 # (or NumPy's) own operations, never on a kernel: importing numba and loading the kernels, or
@@ -141,37 +144,74 @@ def _load_tbb() -> bool:
     return False
 
 
+def _shared_openmp() -> bool:
+    """Whether an OpenMP runtime is in the process's global scope, where numba's omp layer, loaded
+    after it, binds its OpenMP calls (on Linux, whose loader searches that scope first; PyTorch
+    puts its bundled libgomp there as it is imported)."""
+    if sys.platform != "linux":
+        return False
+    try:
+        return hasattr(ctypes.CDLL(None), "GOMP_parallel")
+    except OSError:
+        return False
+
+
 @functools.cache
 def load_numba() -> ModuleType:
     """numba, imported on first use, its threading layer chosen unless the user chose one
     (``NUMBA_THREADING_LAYER``) or the host's own numba code has started one already.
 
-    numba's first choice in a pip environment, its OpenMP layer, is not taken. Loaded after
-    PyTorch, its calls into OpenMP do bind to the libgomp that PyTorch put in the process's
-    global scope, so its loops run on PyTorch's own pool; but it also loads the system's libgomp
-    (numba links it by file name, not by soname), a second runtime in the process, and numba
-    ends any process forked after a kernel ran at that child's first kernel (GNU OpenMP is not
-    fork-safe): a DataLoader worker or a ``multiprocessing`` child could not fit. The tbb layer is
-    taken instead (``tbb`` is a dependency where it has wheels): it launches a loop in
-    microseconds, as OpenMP does, and is safe to launch from several threads at once and in a
-    forked child; its threads are a pool beside PyTorch's. Where TBB cannot be loaded, or numba
-    refuses its version, numba's own pool, ``workqueue``, is taken: it launches a loop in tens of
-    microseconds and takes one launch at a time, which
-    :func:`ktframe.kernels.cpu._using` keeps to."""
+    The first of these that numba can start is taken. Its OpenMP layer, where
+    PyTorch's runtime is in the global scope (Linux): its calls into OpenMP bind there, so the
+    kernels' loops run on PyTorch's own pool of threads, which waits on the cores between
+    launches, and no second pool contends with it. (numba also loads the system's libgomp, which
+    it links by file name, not by soname; of that copy it calls only
+    ``omp_get_supported_active_levels``, which starts no thread.) numba ends a process forked after
+    such a pool started at that child's first kernel, so in such a child the kernels are not used
+    (:func:`ktframe.kernels.cpu.eligible`). Else the tbb layer (``tbb`` is a dependency where it
+    has wheels): it launches a loop in microseconds, as OpenMP does, from several threads at once,
+    with a pool of its own beside PyTorch's, whose workers join a launch late where other threads
+    spin on the cores. Else numba's own pool, ``workqueue``: it launches a loop in tens of
+    microseconds and takes one launch at a time, which :func:`ktframe.kernels.cpu._using` keeps
+    to. Where numba cannot load a layer (the system's libgomp missing, a TBB older than numba
+    supports), the next is tried."""
     import numba
 
+    global _openmp_pool_owner
     try:
         numba.threading_layer()
+        return numba  # started by the host's own numba code, as it chose
     except ValueError:  # no layer started yet
-        if numba.config.THREADING_LAYER == "tbb":  # the user's choice, found where pip put it
-            _load_tbb()
-        elif numba.config.THREADING_LAYER == "default":
-            numba.config.THREADING_LAYER = "tbb" if _load_tbb() else "workqueue"
-            try:
-                numba.get_num_threads()  # starts the layer
-            except ValueError:  # a TBB older than numba supports
-                numba.config.THREADING_LAYER = "workqueue"
+        pass
+    budget = torch.get_num_threads()
+    if numba.config.THREADING_LAYER == "default":
+        for layer, available in (("omp", _shared_openmp), ("tbb", _load_tbb), ("workqueue", lambda: True)):
+            if available():
+                numba.config.THREADING_LAYER = layer
+                try:
+                    numba.get_num_threads()  # starts the layer
+                    break
+                except ValueError:  # numba could not load it
+                    continue
+    else:  # the user's choice: where numba cannot load it, the first kernel says so
+        if numba.config.THREADING_LAYER == "tbb":
+            _load_tbb()  # found where pip put it
+        numba.get_num_threads()
+    torch.set_num_threads(budget)  # an OpenMP layer sets its own count in PyTorch's runtime as it starts
+    if numba.threading_layer() == "omp":
+        _openmp_pool_owner = os.getpid()
     return numba
+
+
+# The process that started numba's OpenMP layer, if ktframe started it.
+_openmp_pool_owner: int | None = None
+
+
+def forked_from_openmp_pool() -> bool:
+    """Whether this process was forked from one whose kernels started numba's OpenMP layer:
+    numba ends such a child at its first parallel kernel (GNU OpenMP's pool does not survive a
+    fork), so it takes PyTorch's operations instead."""
+    return _openmp_pool_owner is not None and _openmp_pool_owner != os.getpid()
 
 
 def compile_pending() -> None:
