@@ -55,7 +55,7 @@ bound = [m[-1] for m in maps if int(m[0].split("-")[0], 16) <= address < int(m[0
 print(json.dumps({
     "openmp": openmp, "layer": numba.threading_layer(), "GOMP_parallel": bound[0],
     "pytorch_ticks": sum(max(0, ticks(t) - before[t]) for t in pytorch), "other_ticks": sum(max(0, ticks(t) - before[t]) for t in others),
-    "torch_threads": torch.get_num_threads(),
+    "torch_threads": torch.get_num_threads(), "own_pool": ktframe.core.host._kernels_own_pool,
 }))
 """
 
@@ -102,6 +102,7 @@ def test_the_kernels_run_on_pytorchs_openmp_pool():
     assert len(seen["openmp"]) <= 2, seen["openmp"]
     assert seen["pytorch_ticks"] >= 20 and seen["other_ticks"] <= 2, seen
     assert seen["torch_threads"] == 2  # starting the layer left PyTorch's thread count as it was
+    assert not seen["own_pool"]  # so the host makes its arrays with PyTorch, whose threads are the kernels'
 
 
 @pytest.mark.slow
@@ -111,6 +112,7 @@ def test_a_threading_layer_the_user_chose_is_kept():
     assert len(seen["openmp"]) == 1 and "torch" in seen["openmp"][0], seen["openmp"]
     assert seen["other_ticks"] >= 20, seen  # TBB's own pool: a second one beside PyTorch's
     assert seen["torch_threads"] == 2
+    assert seen["own_pool"]  # so the host spares PyTorch's threads
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")

@@ -1,15 +1,16 @@
 """Whole-array work on the CPU done by NumPy, on the calling thread, instead of PyTorch.
 
 A PyTorch CPU operation on more than about 32 000 numbers runs on PyTorch's OpenMP threads, which
-then spin for several milliseconds waiting for more work. The kernels launched next (numba's
-threads, :mod:`ktframe.kernels.cpu`) need those same cores, and ran at half speed or less in that
-window. The few whole-array operations a fit makes between its kernel launches (the
+then spin for several milliseconds waiting for more work. Where the kernels launched next run on
+a pool of threads of their own (numba's tbb or workqueue layer, :mod:`ktframe.kernels.jit`), they
+need those same cores, and ran at half speed or less in that window. The few whole-array operations a fit makes between its kernel launches (the
 range check of its input, the zero-padded point stream and the one-hot center stream, a fill, the
 ``tol`` bound, the center shifts, the trajectory) are made here, by NumPy where it can: CPU
 tensors of a dtype it shares, without a gradient to record; elsewhere by PyTorch
 (docs/performance.md, Threading). Where PyTorch runs on one thread it has no other threads to
-spin, and the arrays that come out the same from either library (a padded stream, a join, a fill,
-the extremes) are PyTorch's, which allocates and fills them faster.
+spin, and where the kernels run on PyTorch's own threads (numba's omp layer) its spinning keeps
+them ready for the next launch: there the arrays that come out the same from either library (a
+padded stream, a join, a fill, the extremes) are PyTorch's, which allocates and fills them faster.
 """
 
 from __future__ import annotations
@@ -39,10 +40,22 @@ def by_numpy(*tensors: torch.Tensor, numbers: int = 0) -> bool:
     return fits and all(t.device.type == "cpu" and t.dtype in _NUMPY_DTYPES and not (grad and t.requires_grad) for t in tensors)
 
 
+# Whether the kernels run on a pool of threads beside PyTorch's; until they start, as if they did.
+_kernels_own_pool = True
+
+
+def kernels_run_on_own_pool(own: bool) -> None:
+    """Say whether the kernels run on a pool of threads of their own, beside PyTorch's (told by
+    :func:`ktframe.kernels.jit.load_numba` as it starts numba's threading layer)."""
+    global _kernels_own_pool
+    _kernels_own_pool = own
+
+
 def _threads_spared(*tensors: torch.Tensor, numbers: int = 0) -> bool:
     """Whether NumPy makes an array that PyTorch would make the same: where it can
-    (:func:`by_numpy`) and PyTorch runs on more than one thread."""
-    return torch.get_num_threads() > 1 and by_numpy(*tensors, numbers=numbers)
+    (:func:`by_numpy`), PyTorch runs on more than one thread and the kernels on threads of
+    their own, which PyTorch's spinning threads would keep from the cores."""
+    return _kernels_own_pool and torch.get_num_threads() > 1 and by_numpy(*tensors, numbers=numbers)
 
 
 def padded(X: torch.Tensor, width: int) -> torch.Tensor:

@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from ktframe.core import host
+
 # Work on fewer numbers than this (the tensors a kernel would take, together) runs on PyTorch's
 # (or NumPy's) own operations, never on a kernel: importing numba and loading the kernels, or
 # compiling them the first time (a minute or more), costs more than such work can gain, and a
@@ -179,10 +181,17 @@ def load_numba() -> ModuleType:
 
     global _openmp_pool_owner
     try:
-        numba.threading_layer()
-        return numba  # started by the host's own numba code, as it chose
+        numba.threading_layer()  # started by the host's own numba code, as it chose
     except ValueError:  # no layer started yet
-        pass
+        _start_layer(numba)
+    if numba.threading_layer() == "omp":
+        _openmp_pool_owner = os.getpid()
+    host.kernels_run_on_own_pool(numba.threading_layer() != "omp" or not _shared_openmp())
+    return numba
+
+
+def _start_layer(numba: ModuleType) -> None:
+    """Start ktframe's choice of threading layer (:func:`load_numba`), or the user's."""
     budget = torch.get_num_threads()
     if numba.config.THREADING_LAYER == "default":
         for layer, available in (("omp", _shared_openmp), ("tbb", _load_tbb), ("workqueue", lambda: True)):
@@ -198,12 +207,9 @@ def load_numba() -> ModuleType:
             _load_tbb()  # found where pip put it
         numba.get_num_threads()
     torch.set_num_threads(budget)  # an OpenMP layer sets its own count in PyTorch's runtime as it starts
-    if numba.threading_layer() == "omp":
-        _openmp_pool_owner = os.getpid()
-    return numba
 
 
-# The process that started numba's OpenMP layer, if ktframe started it.
+# The process in which ktframe's kernels first found numba's OpenMP layer started.
 _openmp_pool_owner: int | None = None
 
 
