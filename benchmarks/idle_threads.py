@@ -8,13 +8,14 @@ threads, on one, and on two again, and (5) a parallel loop of two equal halves o
 launched after 100 µs of Python work as a model's step launches its kernels: the wall time
 against one half's, which is 1 where the second thread takes its half at once and 2 where the
 calling thread ends up doing both, and (6) the arg-max on two threads right after a two-iteration
-scikit-learn fit of the same points (its OpenMP threads: the system's libgomp, which numba's omp
-layer shares), as a benchmark that takes turns with scikit-learn times it. Run it once per setting:
+scikit-learn fit of the same points (its OpenMP threads are PyTorch's: scikit-learn's OpenMP calls,
+like those of numba's omp layer, bind to the libgomp that PyTorch put in the process's global
+scope), as a benchmark that takes turns with scikit-learn times it. Run it once per setting:
 
-    python benchmarks/idle_threads.py                               # ktframe's layer: tbb
+    python benchmarks/idle_threads.py                               # ktframe's layer: omp on Linux
+    NUMBA_THREADING_LAYER=tbb python benchmarks/idle_threads.py
     NUMBA_THREADING_LAYER=workqueue python benchmarks/idle_threads.py
     NUMBA_THREADING_LAYER=workqueue OMP_WAIT_POLICY=PASSIVE python benchmarks/idle_threads.py
-    NUMBA_THREADING_LAYER=omp python benchmarks/idle_threads.py
 
 Not a test: nothing here asserts a time.
 """

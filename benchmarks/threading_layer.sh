@@ -1,9 +1,9 @@
 #!/bin/bash
-# numba's threading layer for ktframe's kernels: tbb (ktframe's choice, one OpenMP runtime in the
-# process), workqueue (ktframe's choice where TBB is missing), workqueue with OMP_WAIT_POLICY=PASSIVE
-# (PyTorch's idle OpenMP threads sleep instead of spinning on the cores the kernels need) and omp (a
-# second OpenMP runtime beside PyTorch's), taking turns round by round in one run; the ratios
-# against scikit-learn are taken within each process.
+# numba's threading layer for ktframe's kernels: tbb (ktframe's choice where numba's omp layer cannot
+# run on PyTorch's OpenMP pool), workqueue (its last choice), workqueue with OMP_WAIT_POLICY=PASSIVE
+# (PyTorch's idle OpenMP threads sleep instead of spinning on the cores the kernels need) and omp
+# (ktframe's choice on Linux: the kernels on PyTorch's own pool), taking turns round by round in one
+# run; the ratios against scikit-learn are taken within each process.
 #   bash benchmarks/threading_layer.sh [ROUNDS]
 cd "$(dirname "$0")" || exit 1
 for round in $(seq 1 "${1:-3}"); do
