@@ -1,16 +1,17 @@
 """Whole-array work on the CPU done by NumPy, on the calling thread, instead of PyTorch.
 
 A PyTorch CPU operation on more than about 32 000 numbers runs on PyTorch's OpenMP threads, which
-then spin for several milliseconds waiting for more work. Where the kernels launched next run on
-a pool of threads of their own (numba's tbb or workqueue layer, :mod:`ktframe.kernels.jit`), they
-need those same cores, and ran at half speed or less in that window. The few whole-array operations a fit makes between its kernel launches (the
-range check of its input, the zero-padded point stream and the one-hot center stream, a fill, the
-``tol`` bound, the center shifts, the trajectory) are made here, by NumPy where it can: CPU
-tensors of a dtype it shares, without a gradient to record; elsewhere by PyTorch
-(docs/performance.md, Threading). Where PyTorch runs on one thread it has no other threads to
-spin, and where the kernels run on PyTorch's own threads (numba's omp layer) its spinning keeps
-them ready for the next launch: there the arrays that come out the same from either library (a
-padded stream, a join, a fill, the extremes) are PyTorch's, which allocates and fills them faster.
+then spin for several milliseconds waiting for more work. Where the kernels launched next run on a
+pool of threads of their own (numba's tbb or workqueue layer, :mod:`ktframe.kernels.jit`), they need
+those same cores, and ran at half speed or less in that window. The few whole-array operations a fit
+makes between its kernel launches (the range check of its input, the zero-padded point stream and
+the one-hot center stream, a fill, the ``tol`` bound, the center shifts, the trajectory) are made
+here, by NumPy where it can: CPU tensors of a dtype it shares, without a gradient to record;
+elsewhere by PyTorch (docs/performance.md, Threading). Where PyTorch runs on one thread it has no
+other threads to spin, and where the kernels run on PyTorch's own threads (numba's omp layer) its
+spinning keeps them ready for the next launch: there the arrays that come out the same from either
+library (a padded stream, a join, a fill, the extremes) are PyTorch's, which allocates and fills
+them faster.
 """
 
 from __future__ import annotations

@@ -54,10 +54,11 @@ _KERNEL_DTYPES = (torch.float32, torch.float64)
 def eligible(*tensors: torch.Tensor) -> bool:
     """Whether the kernels take these tensors, whatever their size: CPU, float32/float64, no
     autograd, not turned off, not in a process forked from one whose kernels run on OpenMP
-    (:func:`ktframe.kernels.jit.forked_from_openmp_pool`). The rest of a step whose first kernel
-    has run (:func:`usable`) goes to the kernels on this test alone: a PyTorch operation between two kernel launches that is
-    large enough for PyTorch's OpenMP threads (a small matrix product is) leaves them spinning on
-    the cores that the next launch's threads need, for longer than the launch itself."""
+    (:func:`ktframe.kernels.jit.forked_from_openmp_pool`). The rest of a step whose first kernel has
+    run (:func:`usable`) goes to the kernels on this test alone: a PyTorch operation between two
+    kernel launches that is large enough for PyTorch's OpenMP threads (a small matrix product is)
+    leaves them spinning on the cores that the next launch's threads need, for longer than the
+    launch itself."""
     if switches.on(OFF_ENV) or jit.forked_from_openmp_pool():
         return False
     grad = torch.is_grad_enabled()
@@ -100,8 +101,8 @@ def _thread_count(work: int) -> int:
 def _using(threads: int) -> Iterator[None]:
     """The numba kernels called inside run on ``threads`` threads (numba's setting is the calling
     thread's own), one calling thread at a time: numba's workqueue layer, ktframe's last choice
-    (:func:`ktframe.kernels.jit.load_numba`), takes one parallel launch at a time, and a second one at once would end the
-    process."""
+    (:func:`ktframe.kernels.jit.load_numba`), takes one parallel launch at a time, and a second one
+    at once would end the process."""
     numba = load_numba()
     with _LAUNCH:
         previous = numba.get_num_threads()

@@ -163,20 +163,19 @@ def load_numba() -> ModuleType:
     """numba, imported on first use, its threading layer chosen unless the user chose one
     (``NUMBA_THREADING_LAYER``) or the host's own numba code has started one already.
 
-    The first of these that numba can start is taken. Its OpenMP layer, where
-    PyTorch's runtime is in the global scope (Linux): its calls into OpenMP bind there, so the
-    kernels' loops run on PyTorch's own pool of threads, which waits on the cores between
-    launches, and no second pool contends with it. (numba also loads the system's libgomp, which
-    it links by file name, not by soname; of that copy it calls only
-    ``omp_get_supported_active_levels``, which starts no thread.) numba ends a process forked after
-    such a pool started at that child's first kernel, so in such a child the kernels are not used
-    (:func:`ktframe.kernels.cpu.eligible`). Else the tbb layer (``tbb`` is a dependency where it
-    has wheels): it launches a loop in microseconds, as OpenMP does, from several threads at once,
-    with a pool of its own beside PyTorch's, whose workers join a launch late where other threads
-    spin on the cores. Else numba's own pool, ``workqueue``: it launches a loop in tens of
-    microseconds and takes one launch at a time, which :func:`ktframe.kernels.cpu._using` keeps
-    to. Where numba cannot load a layer (the system's libgomp missing, a TBB older than numba
-    supports), the next is tried."""
+    The first of these that numba can start is taken. Its OpenMP layer, where PyTorch's runtime is
+    in the global scope (Linux): its calls into OpenMP bind there, so the kernels' loops run on
+    PyTorch's own pool of threads, which waits on the cores between launches, and no second pool
+    contends with it. (numba also loads the system's libgomp, which it links by file name, not by
+    soname; of that copy it calls only ``omp_get_supported_active_levels``, which starts no thread.)
+    numba ends a process forked after such a pool started at that child's first kernel, so in such a
+    child the kernels are not used (:func:`ktframe.kernels.cpu.eligible`). Else the tbb layer
+    (``tbb`` is a dependency where it has wheels): it launches a loop in microseconds, as OpenMP
+    does, from several threads at once, with a pool of its own beside PyTorch's, whose workers join
+    a launch late where other threads spin on the cores. Else numba's own pool, ``workqueue``: it
+    launches a loop in tens of microseconds and takes one launch at a time, which
+    :func:`ktframe.kernels.cpu._using` keeps to. Where numba cannot load a layer (the system's
+    libgomp missing, a TBB older than numba supports), the next is tried."""
     import numba
 
     global _openmp_pool_owner
