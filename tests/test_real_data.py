@@ -268,3 +268,19 @@ def test_each_checkpoint_gets_its_own_finish_unless_one_is_given(tmp_path):
     given = real_data.evaluate([str(finished), str(ANYK)], ["iris"], samples=2, ks=[3], lloyd_last=0, swaps=1, out=tmp_path)
     assert [(r["lloyd_last"], r["swaps"]) for r in given["rows"]] == [(0, 1), (0, 1)]
     assert given["rows"][0]["per_sample"] == given["rows"][1]["per_sample"]
+
+
+@pytest.mark.slow
+def test_each_checkpoint_gets_baselines_of_its_own_steps(tmp_path):
+    # Two checkpoints of one frame (the same d and data.scaling) that differ in eval.steps: each
+    # row's classical methods run its own checkpoint's steps, as in a report of that one alone.
+    checkpoint = torch.load(PAPER, weights_only=True, map_location="cpu")
+    checkpoint["hyper_parameters"]["config"]["eval"]["steps"] = 3
+    fewer = tmp_path / "paper-3-steps.ckpt"
+    torch.save(checkpoint, fewer)
+    both = real_data.evaluate([str(PAPER), str(fewer)], ["iris"], samples=2, ks=[10], out=tmp_path)
+    alone = real_data.evaluate([str(fewer)], ["iris"], samples=2, ks=[10], out=tmp_path)
+    rows = {Path(row["checkpoint"]).name: row for row in both["rows"]}
+    assert rows["paper-3-steps.ckpt"]["steps"] == 3 and rows["paper-seed0.ckpt"]["steps"] == 20
+    assert rows["paper-3-steps.ckpt"]["per_sample"]["lloyd"] == alone["rows"][0]["per_sample"]["lloyd"]
+    assert rows["paper-3-steps.ckpt"]["per_sample"]["lloyd"] != rows["paper-seed0.ckpt"]["per_sample"]["lloyd"]

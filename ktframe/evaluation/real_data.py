@@ -230,19 +230,25 @@ def evaluate(
                     takes = f"any k up to {model.k}" if model.any_k else f"k={model.k} only"
                     skipped.append({"checkpoint": relative_path(model.path, out), "dataset": data.name, "k": k, "reason": f"its model takes {takes}"})
     rows: list[dict[str, Any]] = []
-    cache: dict[tuple, tuple[Frame, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor], int]] = {}
+    # What checkpoints of one frame share: its samples and starts; and, of those that also run as
+    # many steps, the classical methods.
+    frames: dict[tuple, tuple[Frame, torch.Tensor, dict[str, torch.Tensor]]] = {}
+    classicals: dict[tuple, tuple[dict[str, torch.Tensor], int]] = {}
     swapped_lloyds: dict[tuple, torch.Tensor] = {}
     for data, k, model in plan:
         key = (data.name, k, model.d, model.scaling)
-        if key not in cache:
+        if key not in frames:
             X = torch.from_numpy(points[data.name])[sample_indices(len(points[data.name]), data.name, samples, seed)]
             frame = Frame.fit(X, model.d, model.scaling)
             Y = frame.to_model(X).float()
-            seeded = starts(Y, k, data.name, seed)
-            cache[key] = (frame, Y, seeded, *baselines(Y, seeded, model.steps))
-        frame, Y, seeded, classical, unconverged = cache[key]
+            frames[key] = (frame, Y, starts(Y, k, data.name, seed))
+        frame, Y, seeded = frames[key]
+        at = (*key, model.steps)
+        if at not in classicals:
+            classicals[at] = baselines(Y, seeded, model.steps)
+        classical, unconverged = classicals[at]
         if model.swaps:
-            at = (*key, model.steps, model.swaps)
+            at = (*at, model.swaps)
             if at not in swapped_lloyds:
                 swapped_lloyds[at] = lloyd_swapped(Y, seeded, model.steps, model.swaps, data.name, seed)
             classical = {**classical, SWAPPED_LLOYD: swapped_lloyds[at]}
