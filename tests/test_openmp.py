@@ -115,7 +115,6 @@ def test_a_threading_layer_the_user_chose_is_kept():
     assert seen["own_pool"]  # so the host spares PyTorch's threads
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks")
 @pytest.mark.parametrize("layer", ["default", pytest.param("tbb", marks=pytest.mark.slow)])
 def test_a_child_forked_after_a_fit_fits_alike(layer):
     seen = probe(FORKED, NUMBA_THREADING_LAYER=layer)

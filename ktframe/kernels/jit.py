@@ -183,9 +183,10 @@ def load_numba() -> ModuleType:
         numba.threading_layer()  # started by the host's own numba code, as it chose
     except ValueError:  # no layer started yet
         _start_layer(numba)
-    if numba.threading_layer() == "omp":
+    layer = numba.threading_layer()
+    if layer == "omp":
         _openmp_pool_owner = os.getpid()
-    host.kernels_run_on_own_pool(numba.threading_layer() != "omp" or not _shared_openmp())
+    host.kernels_run_on_own_pool(layer != "omp" or not _shared_openmp())
     return numba
 
 
