@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
@@ -77,6 +78,14 @@ def test_help_version_and_usage_errors_answer_without_torch(tmp_path, argv, code
     assert seen["code"] == code, done.stderr
     assert says in done.stdout + "\n".join(text)
     assert seen["heavy"] == [] and seen["cpu"] < 0.8, seen
+
+
+def test_version_is_printed_on_standard_output(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "ktframe.cli.main", "--version"], cwd=tmp_path, env=cli_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stderr == ""
+    assert re.fullmatch(r"ktframe \S+\n", done.stdout), done.stdout
 
 
 def cpu_seconds_above_torch(code: str) -> float:

@@ -284,7 +284,9 @@ def test_broken_plugins_in_the_text_listing(installed, capsys):
     out = capsys.readouterr().out
     assert "good  (ktframe-good-plugin 1.2.3)" in out
     assert "    score: manhattan" in out
-    assert "FAILED: plugin 'broken-import' (ktframe-broken-import) at import: RuntimeError: ktframe-broken-import refuses to be imported" in out
+    failed = "FAILED: plugin 'broken-import' (ktframe-broken-import) at import: RuntimeError: ktframe-broken-import refuses to be imported"
+    assert failed in " ".join(out.split())  # wrapped to the listing's width
+    assert max(map(len, out.splitlines())) <= 100
 
 
 def test_strict_mode_makes_an_import_failure_an_error(cli):

@@ -59,7 +59,8 @@ class _Version(argparse.Action):
             found = version("ktframe")
         except PackageNotFoundError:  # run from a source tree that was never installed
             found = "unknown (not installed)"
-        parser.exit(0, f"ktframe {found}\n")
+        print(f"ktframe {found}")  # on standard output, as `python --version` and pip's: it is the answer, not a notice
+        parser.exit(0)
 
 
 def _command_of(argv: Sequence[str]) -> str | None:

@@ -43,6 +43,7 @@ def describe() -> dict:
 
 
 def run(args) -> int:
+    from ktframe.cli.columns import wrapped
     from ktframe.plugin.variant import setting_text
 
     info = describe()
@@ -52,12 +53,14 @@ def run(args) -> int:
     for plugin in info["plugins"]:
         print(f"{plugin['name']}  ({plugin['distribution']} {plugin['version']})")
         for kind, names in plugin["registers"].items():
-            print(f"    {kind}: {', '.join(names)}")
+            print(wrapped(f"{kind}: {', '.join(names)}", "    ", "        "))
     if info["variants"]:
         print("\nvariants:")
         for v in info["variants"]:
             exact = setting_text(v["exact"]) if v["exact"] is not None else "none declared"
-            print(f"    {v['name']:<12} {v['classical']:<22} {v['summary']}  [options: {', '.join(v['options']) or '-'}] [exact: {exact}]")
+            print(wrapped(f"{v['name']}: {v['classical']}", "    ", "        "))
+            for line in (v["summary"], f"options: {', '.join(v['options']) or '-'}", f"exact: {exact}"):
+                print(wrapped(line, "        ", "          "))
     for failure in info["failures"]:
-        print(f"\nFAILED: plugin {failure['plugin']!r} ({failure['distribution']}) at {failure['stage']}: {failure['error']}")
+        print("\n" + wrapped(f"FAILED: plugin {failure['plugin']!r} ({failure['distribution']}) at {failure['stage']}: {failure['error']}", "", "    "))
     return 0
