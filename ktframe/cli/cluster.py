@@ -9,9 +9,10 @@ import signal
 import sys
 
 from ktframe.cli import progress
-from ktframe.cli.options import integer, parse_gamma, parse_option, variant_options
+from ktframe.cli.options import bounded, integer, parse_gamma, parse_option, variant_options
 from ktframe.core.errors import InputError
 from ktframe.core.io import output_path, write_atomically
+from ktframe.core.limits import check_iterations, check_seed
 from ktframe.core.names import canonical
 
 
@@ -28,13 +29,13 @@ def add_parser(commands) -> None:
         "--checkpoint",
         help="cluster with this trained model (a .ckpt of ktframe fit, read weights-only) instead of a hand-built variant: its steps, its scaling",
     )
-    p.add_argument("--layers", type=int, default=None, help="layers = iterations (default: 10; with --checkpoint, the steps it was evaluated with)")
+    p.add_argument("--layers", type=bounded(check_iterations, 1), default=None, help="layers = iterations (default: 10; with --checkpoint, the steps it was evaluated with)")
     p.add_argument(
-        "--lloyd-last", type=integer(0), default=None, metavar="N",
+        "--lloyd-last", type=bounded(check_iterations), default=None, metavar="N",
         help="the last N of the steps Lloyd's algorithm's (exact), from the centers the model reaches in the others (default: 0; with --checkpoint, its own)",
     )  # fmt: skip
     p.add_argument(
-        "--swaps", type=integer(0), default=None, metavar="T",
+        "--swaps", type=bounded(check_iterations), default=None, metavar="T",
         help="then T swaps: the least useful center moved where the error is large, kept where the objective falls (default: 0; with --checkpoint, its own)",
     )  # fmt: skip
     p.add_argument("--tol", type=float, default=1e-4, help="stop once an iteration moves the centers by at most tol x the data's mean variance (default: 1e-4)")
@@ -44,7 +45,7 @@ def add_parser(commands) -> None:
         "--n-init", type=integer(1, word="auto", meaning="the starts run, the best kept"), default="auto",
         help="starts run, the one of least objective kept (default: auto, scikit-learn's: 1 for k-means++, 10 for random)",
     )  # fmt: skip
-    p.add_argument("--seed", type=integer(0), default=0, help="random seed of the initialisation (default: 0)")
+    p.add_argument("--seed", type=bounded(check_seed), default=0, help="random seed of the initialisation (default: 0)")
     p.add_argument("--dtype", choices=("float64", "float32"), default=None, help="precision of the points (default: float64, or float32 for a float32 .npy)")
     p.add_argument("--out", help="write labels here (CSV with a 'label' header), never onto FILE; default (or '-'): standard output")
     p.set_defaults(run=run)
@@ -102,12 +103,8 @@ def run(args) -> int:
         write_atomically(out, label_lines(labels))
         print(f"{summary}; labels written to {out}")
         return 0
-    try:
-        for block in label_lines(labels):
-            sys.stdout.write(block + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader stopped reading (`| head`): end quietly, as a killed writer would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush does not fail again
-        return 128 + signal.SIGPIPE
+    for block in label_lines(labels):
+        sys.stdout.write(block + "\n")
+    sys.stdout.flush()  # before the summary: labels that did not all reach standard output are main's one-line error, not a summary
     print(summary, file=sys.stderr)
     return 0

@@ -28,6 +28,22 @@ def integer(minimum: int, *, word: str | None = None, meaning: str = "") -> Call
     return parse
 
 
+def bounded(check: Callable[[int, str], int], minimum: int = 0) -> Callable[[str], int]:
+    """An argparse type: an integer that ``check`` (one of :mod:`ktframe.core.limits`' bounds, such as
+    ``check_seed`` or ``check_iterations``) accepts, refused in its words before any work."""
+    as_integer = integer(minimum)
+
+    def parse(text: str) -> int:
+        from ktframe.core.errors import InputError
+
+        try:
+            return check(as_integer(text), "the value")
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
 def parse_gamma(text: str) -> float:
     try:
         value = float(text)

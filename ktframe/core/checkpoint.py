@@ -9,15 +9,25 @@ Lightning's checkpoint I/O, is :mod:`ktframe.learning.checkpoint_io`'s.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
+import warnings
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ktframe.core.errors import InputError
+from ktframe.core.limits import MAX_ITERATIONS, check_integer
+
+# The largest d or k a checkpoint may record: far beyond any model ktframe trains, and small enough
+# that building it cannot exhaust memory before its weights are compared.
+MAX_SIZE = 10**5
+# The sections of a training config every reader takes, and in each the keys it needs with their bound.
+SECTIONS = {"model": {"variant": None, "n_layers": MAX_ITERATIONS}, "data": {"d": MAX_SIZE, "k": MAX_SIZE}, "eval": {"steps": MAX_ITERATIONS}}
 
 EXPECTED = "expected a .ckpt written by ktframe fit"
 
@@ -35,7 +45,11 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"{path}: no such checkpoint file; {EXPECTED}")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's advice on a refused load is not ktframe's one line
+            warnings.simplefilter("ignore")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except PermissionError as exc:
+        raise InputError(f"{path}: cannot read the checkpoint ({exc.strerror}); expected a readable file in a folder with execute permission") from None
     except pickle.UnpicklingError as exc:
         raise InputError(
             f"{path}: refused to load: not plain weights and data ({_refusal(exc)}); ktframe loads checkpoints with weights_only=True, so nothing in one can run; {EXPECTED}"
@@ -44,10 +58,61 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         # torch reports an empty, cut-off or garbled file in all of these ways, some with no message
         detail = next(iter(str(exc).splitlines()), "").split(". ")[0] or type(exc).__name__
         raise InputError(f"{path}: not a readable checkpoint (empty, truncated or corrupt: {detail}); {EXPECTED}") from None
-    config = checkpoint.get("hyper_parameters", {}).get("config") if isinstance(checkpoint, dict) else None
-    if not isinstance(config, dict) or not isinstance(checkpoint.get("state_dict"), dict):
-        raise InputError(f"{path}: not a ktframe training checkpoint (no hyper_parameters.config and state_dict); {EXPECTED}")
+    check_contents(checkpoint, path)
     return checkpoint
+
+
+def _not_ours(path: Path, what: str) -> InputError:
+    return InputError(f"{path}: not a checkpoint of ktframe fit: {what}; {EXPECTED}, with a state_dict of tensors and config sections {', '.join(SECTIONS)}")
+
+
+def check_contents(checkpoint: Any, path: Path) -> None:
+    """Every part of ``checkpoint`` a reader takes is there, of its type and within its bound,
+    before anything is built from it: one line naming the file and the first part that is not."""
+    if not isinstance(checkpoint, Mapping):
+        raise _not_ours(path, f"it holds a {type(checkpoint).__name__}, not a mapping")
+    hyper = checkpoint.get("hyper_parameters")
+    config = hyper.get("config") if isinstance(hyper, Mapping) else None
+    if not isinstance(config, Mapping):
+        raise _not_ours(path, "it has no hyper_parameters.config mapping")
+    state = checkpoint.get("state_dict")
+    if not isinstance(state, Mapping):
+        raise _not_ours(path, "it has no state_dict mapping")
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise _not_ours(path, f"its state_dict[{key!r}] is a {type(value).__name__}, not a tensor")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise InputError(f"{path}: its weights are not finite (state_dict[{key!r}] holds NaN or inf); expected the finite weights of a ktframe fit run")
+    if not isinstance(config.get("run_id"), str):
+        raise _not_ours(path, "its hyper_parameters.config has no 'run_id' string")
+    for name, keys in SECTIONS.items():
+        section = config.get(name)
+        if not isinstance(section, Mapping):
+            what = f"has no '{name}' section" if section is None else f"has a {type(section).__name__} as its '{name}' section, not a mapping"
+            raise _not_ours(path, f"its hyper_parameters.config {what}")
+        for key, bound in keys.items():
+            if key not in section:
+                raise _not_ours(path, f"its hyper_parameters.config.{name} has no '{key}'")
+            if bound is None:
+                if not isinstance(section[key], str):
+                    raise _not_ours(path, f"its {name}.{key} is {section[key]!r}, not a name")
+                continue
+            try:
+                check_integer(section[key], f"its {name}.{key}", 1, bound)
+            except InputError as exc:
+                raise _not_ours(path, str(exc)) from None
+    gamma = config["model"].get("gamma")
+    if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or math.isnan(gamma) or gamma <= 0):
+        raise _not_ours(path, f"its model.gamma is {gamma!r}, not a positive number")
+    for key in ("lloyd_last", "swaps"):
+        if key in config["eval"]:
+            try:
+                check_integer(config["eval"][key], f"its eval.{key}", 0, MAX_ITERATIONS)
+            except InputError as exc:
+                raise _not_ours(path, str(exc)) from None
+    ev = config["eval"]
+    if isinstance(ev.get("lloyd_last"), int) and ev["lloyd_last"] > ev["steps"]:
+        raise _not_ours(path, f"its eval.lloyd_last={ev['lloyd_last']} exceeds its eval.steps={ev['steps']}")
 
 
 def model_weights(checkpoint: dict[str, Any]) -> dict[str, Any]:
