@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import sys
 
 from ktframe.cli import progress
@@ -103,8 +102,12 @@ def run(args) -> int:
         write_atomically(out, label_lines(labels))
         print(f"{summary}; labels written to {out}")
         return 0
+    sys.stdout.flush()
+    stream = sys.stdout.buffer
     for block in label_lines(labels):
-        sys.stdout.write(block + "\n")
-    sys.stdout.flush()  # before the summary: labels that did not all reach standard output are main's one-line error, not a summary
+        data = memoryview((block + "\n").encode("utf-8"))
+        while data:  # unbuffered (PYTHONUNBUFFERED), a write may take only part of a block: the rest is written again, so that a failure is seen
+            data = data[stream.write(data) :]
+    stream.flush()  # before the summary: labels that did not all reach standard output are main's one-line error, not a summary
     print(summary, file=sys.stderr)
     return 0

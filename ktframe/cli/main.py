@@ -7,7 +7,9 @@ error import neither PyTorch nor Lightning nor the plugins, and answer at once.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -136,6 +138,10 @@ def _announce_compilation(folder: str | None) -> None:
     print(f"ktframe: compiling ktframe's CPU kernels once; {where}", file=sys.stderr, flush=True)
 
 
+# What a write to standard output that did not reach its reader fails with.
+_LOST_OUTPUT = (errno.EPIPE, errno.EFBIG, errno.ENOSPC, errno.EDQUOT, errno.EIO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     if args.no_plugins:
@@ -147,7 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         jit.on_first_compile(_announce_compilation)
     try:
-        return args.run(args) or 0
+        code = args.run(args) or 0
+        sys.stdout.flush()  # here, not at exit: a result cut short (a full disk, a file size limit, a closed pipe) is an error, never exit 0
+        return code
+    except OSError as exc:
+        if args.debug or exc.errno not in _LOST_OUTPUT or exc.filename is not None:  # a named file's error is its command's to word
+            raise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush does not fail again
+        print(f"ktframe {args.command}: error: could not write to standard output ({exc.strerror}); expected a writable output", file=sys.stderr)
+        return 2
     except KtframeError as exc:
         if args.debug:
             raise

@@ -16,7 +16,12 @@ def add_parser(commands) -> None:
         metavar="PATH",
         help="a run folder (one holding summary.json), an evaluation folder (eval.json from ktframe eval --out), or a folder holding such folders at any depth",
     )
-    p.add_argument("--out", metavar="DIR", help="folder for report.json, report.md, report.png and training.png (default: PATH)")
+    p.add_argument("--out", metavar="DIR", help="a new folder for report.json, report.md, report.png and training.png (default: PATH/report)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out although it holds an earlier report or other files: replaces report's own files there, removes nothing else",
+    )
     p.add_argument(
         "--by", metavar="KEYS", default="",
         help="also report each group of runs sharing these config keys' values, comma-separated (e.g. optim.loss_lambda,data.d: a sweep's settings, seeds pooled); "
@@ -35,6 +40,7 @@ def run(args) -> int:
         report = build_report(root, [key for key in args.by.split(",") if key], progress=progress.follow(bar))
         text = markdown(report, root, args.stat)
         bar.set_postfix_str("drawing")
-        paths = write(Path(args.out) if args.out else root, report, text, pictures(report, root, args.stat))
+        out = Path(args.out) if args.out else (root if root.is_dir() else root.parent) / "report"
+        paths = write(out, report, text, pictures(report, root, args.stat), force=args.force)
     print(json.dumps(report) if args.json else f"{text}\n\nwritten: {', '.join(map(str, paths))}")
     return 0

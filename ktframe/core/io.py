@@ -3,6 +3,7 @@ that never leave a file half-written, keep an existing file's mode and write thr
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
@@ -128,3 +129,39 @@ def _write(handle: BinaryIO, content: Iterable[str] | bytes) -> None:
     else:  # streamed a line (or a block of lines) at a time: never one string of the whole file
         for line in content:
             handle.write((line + "\n").encode("utf-8"))
+
+
+MARKER = ".ktframe-output.json"
+
+
+def claim_folder(folder: Path, command: str, *, force: bool = False, resume: bool = False) -> bool:
+    """The one way a command takes an output folder: a new or empty one gets ``command``'s marker
+    file; one that holds ``command``'s marker (its own earlier output) is taken only with
+    ``force`` or ``resume``; any other folder that holds files only with ``force``, which lets the
+    command replace the files it writes itself and nothing else. True where the folder is the
+    command's own (a new one included): only there may it remove a file of its earlier output."""
+    check_writable_folder(nearest_existing(folder), folder, f"a writable folder for ktframe {command}'s files")
+    marker = folder / MARKER
+    try:
+        owner = json.loads(marker.read_text(encoding="utf-8")).get("command") if marker.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        owner = None
+    held = folder.is_dir() and any(folder.iterdir())
+    if owner == command:
+        if not (force or resume):
+            again = "--resume to go on with it, " if command == "gamma-sweep" else ""
+            raise InputError(f"--out {folder}: holds an earlier ktframe {command}; expected another --out, {again}or --force to replace its files")
+        return True
+    if resume:
+        return False  # the journal of the sweep stopped there decides, and names what --resume expects
+    if held and not force:
+        raise InputError(
+            f"--out {folder}: exists and holds files that ktframe {command} did not write; expected a new folder for --out, or --force to write there"
+        )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not held:
+            write_atomically(marker, [json.dumps({"command": command})])
+    except OSError as exc:
+        raise InputError(f"--out {folder}: cannot make the folder ({exc.strerror}); expected a writable folder") from None
+    return not held

@@ -32,7 +32,7 @@ import numpy as np
 from scipy import special
 
 from ktframe.core.errors import InputError
-from ktframe.core.io import check_writable, write_atomically
+from ktframe.core.io import check_writable, claim_folder, write_atomically
 from ktframe.core.names import canonical
 from ktframe.reporting import curves as training_curves
 from ktframe.reporting import paired
@@ -497,22 +497,21 @@ def pictures(report: dict[str, Any], root: Path, stat: str = "mean") -> dict[str
     return {"report.png": figure_png(report, root, stat), "training.png": training_curves.figure_png(report, root)}
 
 
-def write(out: Path, report: dict[str, Any], text: str, pngs: dict[str, bytes | None]) -> list[Path]:
-    """Write report.json, report.md and the pictures that are not None into ``out``, each one
-    atomically; a picture of an earlier report that this one has not (no evaluation, no training
-    history) is removed, so that the folder never shows a figure of other runs."""
+def write(out: Path, report: dict[str, Any], text: str, pngs: dict[str, bytes | None], force: bool = False) -> list[Path]:
+    """Write report.json, report.md and the pictures that are not None into ``out`` (claimed as
+    report's: a new folder, or with ``force`` its earlier one or another), each one atomically; in
+    report's own folder a picture of an earlier report that this one has not (no evaluation, no
+    training history) is removed, so that it never shows a figure of other runs."""
     check_writable(out, OUTPUTS)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{out}: cannot make the folder ({exc.strerror}); expected a writable folder") from None
+    own = claim_folder(out, "report", force=force)
     paths = [out / "report.json", out / "report.md"]
     write_atomically(paths[0], [json.dumps(report, indent=2, allow_nan=False)])
     write_atomically(paths[1], [text])
     for name in PICTURES:
         picture, png = out / name, pngs.get(name)
         if png is None:
-            picture.unlink(missing_ok=True)
+            if own:
+                picture.unlink(missing_ok=True)
         else:
             write_atomically(picture, png)
             paths.append(picture)
