@@ -460,6 +460,21 @@ CASES = [
         ["logger.mode=online needs a W&B API key", "expected logger.mode=auto or offline"],
     ),
     Case("fit-wandb-mode", [*FIT, "logger.kind=wandb", "logger.mode=loud"], ["'logger.mode' must be one of auto, online, offline", "got 'loud'"]),
+    # integers within their type and bounds, checked before the run folder is made
+    Case("fit-seed-negative", [*FIT, "trainer.seed=-1"], ["config key 'trainer.seed' must be an integer from 0 to 4294967295 (a seed); got -1"]),
+    Case("fit-seed-beyond-64-bits", [*FIT, f"trainer.seed={2**70}"], ["config key 'trainer.seed' must be an integer from 0 to 4294967295", f"got {2**70}"]),
+    Case("fit-val-seed-beyond-64-bits", [*FIT, f"data.val_seed={2**70}"], ["config key 'data.val_seed' must be an integer from 0 to 4294967295"]),
+    Case("fit-max-epochs-text", [*FIT, "trainer.max_epochs=abc"], ["config key 'trainer.max_epochs' must be an integer from 0 to 10000000000; got 'abc'"]),
+    Case("fit-max-epochs-huge", [*FIT, "trainer.max_epochs=1e30"], ["config key 'trainer.max_epochs' must be an integer from 0 to 10000000000"]),
+    Case(
+        "fit-max-steps-huge", [*FIT, "trainer.max_steps=100000000000000000000000"], ["config key 'trainer.max_steps' must be an integer from 1 to 10000000000"]
+    ),
+    Case("fit-layers-huge", [*FIT, "model.n_layers=1000000000"], ["config key 'model.n_layers' must be an integer from 1 to 1000000; got 1000000000"]),
+    Case("fit-early-stopping-negative", [*FIT, "trainer.early_stopping=-1"], ["config key 'trainer.early_stopping' must be null (never) or an integer >= 1"]),
+    Case("fit-std-huge", [*FIT, "data.std=1e300"], ["config key 'data.std' must be a positive number up to 1e+15", "got 1e+300"]),
+    Case("fit-name-empty", [*FIT, "name="], ["config key 'name' is empty; expected a folder name, or no name= at all for a generated run id"]),
+    Case("fit-name-too-long", [*FIT, "name=" + "a" * 300], ["config key 'name' is 300 bytes long; expected a folder name of at most 200 bytes"]),
+    Case("fit-override-yaml-tag", [*FIT, "data.n=!!python/object:os.system x"], ["could not parse overrides: refused", "expected plain values, no YAML tags"]),
     # YAML files
     Case("yaml-python-tag", [*FIT, "preset={python-tag.yaml}"], ["python-tag.yaml: refused", "python/object/apply:os.mkdir", "no Python tags"]),
     Case("yaml-not-a-mapping", [*FIT, "preset={list.yaml}"], ["list.yaml: a config file must be a mapping", "got list"]),
@@ -605,6 +620,14 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(case, case_outcomes):
     assert snapshot(outcome.folder) == {str(path): b"/" for name in given for path in name.parents if path != Path(".")} | {
         str(name): content for name, content in given.items()
     }
+
+
+@pytest.mark.parametrize("override", ["name=${oc.decode:'!!python/name:os.system'}", "name=${oc.env:HOME}"])
+def test_a_resolver_in_an_override_is_refused_and_makes_nothing(tmp_path, override):
+    """OmegaConf's resolvers read the environment or parse text as YAML: an override takes plain values."""
+    line = one_line_error(run_cli([*FIT, override], tmp_path, env=ONE_THREAD))
+    assert f"override {override!r}: refused: a resolver (${{NAME:...}}); expected a plain value" in line, line
+    assert not (tmp_path / "runs").exists()
 
 
 def test_debug_shows_the_traceback(case_outcomes):

@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import json
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -23,6 +24,7 @@ from omegaconf import II, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ktframe.clustering.baselines import BASELINES
+from ktframe.core import limits
 from ktframe.core.errors import InputError
 from ktframe.core.names import canonical, closest
 from ktframe.core.tasks import FAMILIES, TaskDistribution, TaskError
@@ -259,6 +261,18 @@ def _section_of(name: str) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+def trainer_extras_unresolved(cfg: DictConfig) -> dict[str, Any]:
+    own = {f.name for f in dataclasses.fields(TrainerConfig)}
+    return {name: cfg.trainer[name] for name in cfg.trainer if name not in own}
+
+
+def _check_trainer_value(name: str, value: Any) -> None:
+    """A Trainer argument that counts (``trainer.max_epochs``) is an integer within the bound
+    (-1, Lightning's "no limit", allowed where Lightning takes it); other arguments are Lightning's to check."""
+    if name in _TRAINER_COUNTS and value is not None and value != -1:
+        limits.check_integer(value, f"config key 'trainer.{name}'", 0, limits.MAX_TRAINING_STEPS)
+
+
 def trainer_extras(cfg: DictConfig) -> dict[str, Any]:
     """The ``trainer.KEY`` values that are Lightning Trainer arguments rather than ktframe's own keys."""
     own = {f.name for f in dataclasses.fields(TrainerConfig)}
@@ -283,15 +297,32 @@ def _read_yaml(source: Any) -> dict:
     return values
 
 
+# ``${NAME:...}``: an OmegaConf resolver (oc.env, oc.decode, ...), which reads the environment or
+# parses text as YAML; a plain ``${section.key}`` refers to another key and stays allowed.
+_RESOLVER = re.compile(r"\$\{\s*[\w.\-]+\s*:")
+# Keys whose value names a folder: empty is a mistake, not "generate one" (that is leaving it out).
+_FOLDER_KEYS = ("name", "run_id")
+
+
 def parse_overrides(overrides: Sequence[str]) -> dict:
-    """``key=value`` strings as a nested dict (values parsed as YAML by OmegaConf)."""
+    """``key=value`` strings as a nested dict (values parsed as YAML by OmegaConf, plain values
+    only: no YAML tag, no resolver)."""
     for item in overrides:
         if "=" not in item or item.startswith("="):
             raise InputError(f"override {item!r} is not of the form key=value (e.g. optim.lr=0.001)")
+        key, _, value = item.partition("=")
+        if _RESOLVER.search(value):
+            raise InputError(f"override {item!r}: refused: a resolver (${{NAME:...}}); expected a plain value (a ${{section.key}} reference is allowed)")
+        if key.strip() in _FOLDER_KEYS and not value.strip():
+            raise InputError(f"config key '{key.strip()}' is empty; expected a folder name, or no {key.strip()}= at all for a generated run id")
     try:
         return OmegaConf.to_container(OmegaConf.from_dotlist(list(overrides)))
     except OmegaConfBaseException as exc:
         raise InputError(f"could not parse overrides: {str(exc).splitlines()[0]}") from None
+    except yaml.YAMLError as exc:  # a tag such as !!python/object: the safe loader builds none
+        raise InputError(
+            f"could not parse overrides: refused: {' '.join(str(getattr(exc, 'problem', None) or exc).split())}; expected plain values, no YAML tags"
+        ) from None
 
 
 def _preset(preset: str) -> Any:
@@ -393,6 +424,18 @@ _AT_LEAST = {
     "trainer.max_steps": 1, "trainer.val_every": 1, "trainer.log_every": 1, "trainer.num_nodes": 1,
     "eval.tasks": 1, "eval.steps": 1, "eval.batch_size": 1, "eval.lloyd_last": 0, "eval.swaps": 0,
 }  # fmt: skip
+# Largest value of each integer key that counts steps or iterations.
+_AT_MOST = {
+    "trainer.max_steps": limits.MAX_TRAINING_STEPS, "trainer.val_every": limits.MAX_TRAINING_STEPS, "trainer.log_every": limits.MAX_TRAINING_STEPS,
+    "model.n_layers": limits.MAX_ITERATIONS, "model.unroll": limits.MAX_ITERATIONS, "eval.steps": limits.MAX_ITERATIONS,
+    "eval.lloyd_last": limits.MAX_ITERATIONS, "eval.swaps": limits.MAX_ITERATIONS,
+}  # fmt: skip
+_SEEDS = ("trainer.seed", "data.seed", "data.val_seed", "eval.seed")
+# The largest data.std: float32 tasks whose noise reaches thousands of scales (Cauchy's tails) then
+# stay below 1.8e19, the square root of float32's largest number, so squared distances stay finite.
+_STD_MAX = 1e15
+# Trainer arguments (trainer.KEY) that count steps or epochs: an integer within the bound.
+_TRAINER_COUNTS = ("max_epochs", "min_epochs", "min_steps", "num_sanity_val_steps", "accumulate_grad_batches")
 # Keys that must be a number > 0; "inf" is a valid gamma (the hard limit), nothing else's.
 _POSITIVE = {"data.std": False, "model.gamma": True, "optim.lr": False, "optim.loss_lambda": False, "logger.init_timeout": False}
 # Keys whose value is one of a fixed list; names that plugins register are checked where looked up.
@@ -417,6 +460,18 @@ def check_values(cfg: DictConfig) -> None:
     for key, choices in _CHOICES.items():
         if values[key] not in choices:
             raise _value_error(key, values[key], "one of " + ", ".join("null" if c is None else c for c in choices))
+    for key in _SEEDS:
+        limits.check_seed(OmegaConf.select(cfg, key), f"config key '{key}'")
+    for key, maximum in _AT_MOST.items():
+        limits.check_integer(values[key], f"config key '{key}'", _AT_LEAST[key], maximum)
+    if cfg.trainer.early_stopping is not None and cfg.trainer.early_stopping < 1:
+        raise _value_error("trainer.early_stopping", cfg.trainer.early_stopping, "null (never) or an integer >= 1 (validations without improvement)")
+    if cfg.data.std > _STD_MAX:
+        raise _value_error(
+            "data.std", cfg.data.std, f"a positive number up to {_STD_MAX:g}: the tasks are drawn in float32, whose squared distances overflow beyond it"
+        )
+    for name, value in trainer_extras_unresolved(cfg).items():
+        _check_trainer_value(name, value)
     if not 0 <= cfg.model.dropout < 1:
         raise _value_error("model.dropout", cfg.model.dropout, "a number in [0, 1)")
     if not 0 < cfg.optim.plateau_factor < 1:
@@ -459,6 +514,13 @@ def check_path_component(what: str, value: str | None) -> None:
         return
     if value in ("", ".", "..") or any(char in value for char in "/\\\0"):
         raise InputError(f"{what} must be a single folder name (not empty, '.' or '..', no '/' or '\\'); got {value!r}")
+    if len(value.encode()) > _NAME_MAX:
+        raise InputError(
+            f"{what} is {len(value.encode())} bytes long; expected a folder name of at most {_NAME_MAX} bytes (file systems allow 255, less room for '-2' and ktframe's own names)"
+        )
+
+
+_NAME_MAX = 200
 
 
 def _check_range(cfg: DictConfig, name: str) -> None:
