@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_training import REPO, fit, one_line_error, run_cli
 
 from ktframe.core.errors import InputError
-from test_training import REPO, fit, one_line_error, run_cli
 
 SOURCE = REPO / "results" / "anyk-seed0.ckpt"
 
