@@ -116,12 +116,12 @@ def test_report_aggregates_every_run_below_the_folder(tmp_path: Path) -> None:
         assert row["curve"]["mean"] == pytest.approx(list(curves.mean(axis=0)), abs=1e-12)
         assert row["curve"]["std"] == pytest.approx(list(curves.std(axis=0, ddof=1)), abs=1e-12)
 
-    assert json.loads((root / "report.json").read_text(), parse_constant=no_nan) == report
-    text = (root / "report.md").read_text()
+    assert json.loads((root / "report" / "report.json").read_text(), parse_constant=no_nan) == report
+    text = (root / "report" / "report.md").read_text()
     assert f"3 runs in {root}" in text.splitlines()[0]
     assert "| val/ratio | 1.0000 ± 0.1000 |" in text
     assert "| random | 512 | — | model |" in text  # an eval.json without k: one k, the checkpoint's
-    assert (root / "report.png").read_bytes().startswith(b"\x89PNG")
+    assert (root / "report" / "report.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_evaluations_of_several_k_and_final_baselines_are_reported_per_k(tmp_path: Path) -> None:
@@ -145,7 +145,7 @@ def test_evaluations_of_several_k_and_final_baselines_are_reported_per_k(tmp_pat
         assert_stats(rows[("random", 512, k, "best-of-10")], [1.0 + k, 1.2 + k], count="runs")
         finals = [eval_curves(shift)[("k-means++", 512)]["model"][-1] + k for shift in (0.0, 0.2)]
         assert_stats(rows[("k-means++", 512, k, "model")], finals, count="runs")
-    assert "| random | 512 | 3 | best-of-10 | 4.1000 ± 0.1414 |" in (root / "report.md").read_text()
+    assert "| random | 512 | 3 | best-of-10 | 4.1000 ± 0.1414 |" in (root / "report" / "report.md").read_text()
 
 
 def test_out_folder_markdown_and_missing_values(tmp_path: Path) -> None:
@@ -189,10 +189,10 @@ def test_one_run_folder_without_evaluation(tmp_path: Path) -> None:
         "versus": [],
         "training": None,
     }
-    text = (run / "report.md").read_text()
+    text = (run / "report" / "report.md").read_text()
     assert "| val/ratio | 0.9500 | — | 1 |" in text  # one run: its value, no spread
     assert "No evaluation was found" in text
-    assert not (run / "report.png").exists()
+    assert not (run / "report" / "report.png").exists()
 
 
 def test_evaluation_folders_count_as_runs_with_an_evaluation(tmp_path: Path) -> None:
@@ -247,14 +247,14 @@ def test_paired_differences_are_pooled_over_runs_and_sets_of_tasks(tmp_path: Pat
     assert (row["k"], row["method"], row["versus"], row["runs"], row["task_sets"], row["tasks"]) == (5, "model", "lloyd", 3, 2, 960)
     assert row["mean"] == pytest.approx(mean) and row["sem"] == pytest.approx(sem)
     assert row["ci95"] == pytest.approx(list(stats.norm.interval(0.95, loc=mean, scale=sem)))
-    assert f"| random | 512 | 5 | model | lloyd | {mean:+.4f} ± {sem:.4f} |" in (root / "report.md").read_text()
+    assert f"| random | 512 | 5 | model | lloyd | {mean:+.4f} ± {sem:.4f} |" in (root / "report" / "report.md").read_text()
 
     for folder in root.glob("*/seed*"):  # grouped by the set of tasks: each group one set
         (folder / "config.yaml").write_text(f"eval:\n  seed: {folder.parent.name}\n")
-    grouped = json.loads(ok(run_cli(["report", str(root), "--by", "eval.seed", "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    grouped = json.loads(ok(run_cli(["report", str(root), "--by", "eval.seed", "--json", "--force"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
     (one_set,) = next(g for g in grouped["groups"] if g["setting"] == {"eval.seed": "tasks1"})["versus"]
     assert (one_set["mean"], one_set["sem"], one_set["runs"], one_set["task_sets"]) == (pytest.approx(0.03), pytest.approx(0.02), 2, 1)
-    assert "| tasks1 | random | 512 | 5 | model | lloyd | +0.0300 ± 0.0200 |" in (root / "report.md").read_text()
+    assert "| tasks1 | random | 512 | 5 | model | lloyd | +0.0300 ± 0.0200 |" in (root / "report" / "report.md").read_text()
 
 
 def _missing(tmp_path: Path) -> tuple[list[str], str]:
@@ -345,16 +345,16 @@ def test_by_groups_the_runs_by_config_values(tmp_path: Path) -> None:
         ({"optim.loss_lambda": 10.0, "data.d": 32}, ["a", "b"]),
     ]
     assert_stats(report["groups"][1]["metrics"]["val/ratio"], [RATIOS["a"], RATIOS["b"]])
-    text = (root / "report.md").read_text()
+    text = (root / "report" / "report.md").read_text()
     assert "## By optim.loss_lambda, data.d: final validation metrics" in text
     assert f"| 10.0 | 32 | 2 | {np.mean([RATIOS['a'], RATIOS['b']]):.4f} ±" in text
     assert text.index("| 4.0 | 32 | 1 |") < text.index("| 10.0 | 32 | 2 |")
     assert "## By optim.loss_lambda, data.d: evaluation at the last step" in text
 
-    (root / "report.json").unlink()
+    (root / "report" / "report.json").unlink()
     bad = run_cli(["report", str(root), "--by", "optim.nope"], tmp_path, timeout=60)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
-    assert "the config has no key optim.nope" in bad.stderr and not (root / "report.json").exists()
+    assert "the config has no key optim.nope" in bad.stderr and not (root / "report" / "report.json").exists()
 
 
 def write_history(run: Path, ratios: dict[int, float], losses: dict[int, float]) -> None:
@@ -378,7 +378,7 @@ def test_training_curves_pool_the_runs_as_median_and_quartiles(tmp_path: Path) -
         write_history(root / name, dict(zip(range(99, 400, 100), values)), {s: v for s, v in loss.items() if s < 100 * len(values)})
         (root / name / "config.yaml").write_text(f"model:\n  embedding: {'none' if name == 'b' else 'onehot'}\n")
 
-    report = json.loads(ok(run_cli(["report", str(root), "--by", "model.embedding", "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    report = json.loads(ok(run_cli(["report", str(root), "--by", "model.embedding", "--json", "--force"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
     curve = report["training"]["curves"]["val/ratio"]
     assert curve["step"] == [99, 199, 299, 399] and curve["runs"] == [3, 3, 2, 2]
     for i in range(4):
@@ -393,14 +393,14 @@ def test_training_curves_pool_the_runs_as_median_and_quartiles(tmp_path: Path) -
     assert summary["lowest"] == pytest.approx(np.percentile([0.9, 0.95, 1.3], [25, 50, 75]).tolist())
     onehot = next(g for g in report["groups"] if g["setting"] == {"model.embedding": "onehot"})
     assert onehot["training"]["curves"]["val/ratio"]["median"] == pytest.approx([1.55, 1.25, 1.0, 0.9])
-    text = (root / "report.md").read_text()
+    text = (root / "report" / "report.md").read_text()
     assert "## Training curves (csv/metrics.csv)" in text and "| none | 1 | 399 | 0.9700 | 0.9500 |" in text
-    assert (root / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (root / "report.png").exists()
+    assert (root / "report" / "training.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and not (root / "report" / "report.png").exists()
 
     for name in ratios:  # no history: no training section of numbers, and the old picture goes
         (root / name / "csv" / "metrics.csv").unlink()
-    report = json.loads(ok(run_cli(["report", str(root), "--json"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
-    assert report["training"] is None and not (root / "training.png").exists()
+    report = json.loads(ok(run_cli(["report", str(root), "--json", "--force"], tmp_path, timeout=60)).stdout, parse_constant=no_nan)
+    assert report["training"] is None and not (root / "report" / "training.png").exists()
 
 
 def test_a_garbled_training_history_is_one_line(tmp_path: Path) -> None:
@@ -409,4 +409,4 @@ def test_a_garbled_training_history_is_one_line(tmp_path: Path) -> None:
     (root / "a" / "csv" / "metrics.csv").write_text("epoch,step,train/loss\n0,nine,50.0\n")
     done = run_cli(["report", str(root)], tmp_path, timeout=60)
     assert f"{root / 'a' / 'csv' / 'metrics.csv'}: line 2" in one_line_error(done, "report")
-    assert not list(root.glob("report.*")) and not (root / "training.png").exists()
+    assert not (root / "report").exists()

@@ -357,11 +357,12 @@ def test_standard_output_is_written_as_a_stream(name: str, outcomes: dict[str, O
     assert os.path.islink("/dev/stdout") or not os.path.exists("/dev/stdout")  # never replaced
 
 
-def test_a_reader_that_stops_early_ends_the_command_quietly(outcomes: dict[str, Outcome]) -> None:
+def test_a_reader_that_stops_early_is_one_line_and_exit_2(outcomes: dict[str, Outcome]) -> None:
+    """The labels did not all arrive: never exit 0 on a partial output."""
     outcome = outcome_of(outcomes, "reader-stops")
     assert outcome.stdout == b"label\n"
-    assert outcome.returncode == 128 + 13, outcome.stderr  # as a writer killed by SIGPIPE ends
-    assert outcome.stderr == ""
+    assert outcome.returncode == 2, outcome.stderr
+    assert outcome.stderr.splitlines() == ["ktframe cluster: error: could not write to standard output (Broken pipe); expected a writable output"]
 
 
 # --- the writer, in process -------------------------------------------------------------------

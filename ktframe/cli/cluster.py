@@ -28,7 +28,12 @@ def add_parser(commands) -> None:
         "--checkpoint",
         help="cluster with this trained model (a .ckpt of ktframe fit, read weights-only) instead of a hand-built variant: its steps, its scaling",
     )
-    p.add_argument("--layers", type=bounded(check_iterations, 1), default=None, help="layers = iterations (default: 10; with --checkpoint, the steps it was evaluated with)")
+    p.add_argument(
+        "--layers",
+        type=bounded(check_iterations, 1),
+        default=None,
+        help="layers = iterations (default: 10; with --checkpoint, the steps it was evaluated with)",
+    )
     p.add_argument(
         "--lloyd-last", type=bounded(check_iterations), default=None, metavar="N",
         help="the last N of the steps Lloyd's algorithm's (exact), from the centers the model reaches in the others (default: 0; with --checkpoint, its own)",
