@@ -315,7 +315,7 @@ CLI_CASES = [
     CliCase("seed-negative", ["good.csv", "--k", "2", "--seed", "-1"], ["argument --seed", "expected an integer >= 0", "got '-1'"], good()),
     CliCase("seed-text", ["good.csv", "--k", "2", "--seed", "abc"], ["argument --seed", "expected an integer >= 0", "got 'abc'"], good(), out="existing"),
     CliCase("n-init-zero", ["good.csv", "--k", "2", "--n-init", "0"], ["argument --n-init", "expected 'auto' or an integer >= 1", "got '0'"], good()),
-    CliCase("layers-0", ["good.csv", "--k", "2", "--layers", "0"], ["n_layers must be an integer >= 1", "got 0"], good()),
+    CliCase("layers-0", ["good.csv", "--k", "2", "--layers", "0"], ["argument --layers: expected an integer >= 1", "got '0'"], good()),
     CliCase("k-missing", ["good.csv"], ["the following arguments are required: --k"], good()),
     # where the labels go, checked before anything else (k=7 > n=6 would fail later)
     CliCase(
