@@ -5,11 +5,10 @@ made or allocated: one rule each, so that every entry point refuses the same val
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from ktframe.core.errors import InputError
 
@@ -28,7 +27,7 @@ def check_integer(value: Any, name: str, minimum: int, maximum: int | None = Non
     """``value`` as an int within ``[minimum, maximum]``, else one line naming ``name``, the range
     (with ``meaning``, what the number is) and the value given. A bool, a float (even ``1e9``)
     and a string are refused: the user's intent is a count."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):  # numpy's integers too, without importing numpy (a usage error answers at once)
         within = f"an integer from {minimum} to {maximum}" if maximum is not None else f"an integer >= {minimum}"
         raise InputError(f"{name} must be {within}{f' ({meaning})' if meaning else ''}; got {value!r}")
     if value < minimum or (maximum is not None and value > maximum):
