@@ -149,12 +149,12 @@ def test_a_file_that_is_not_a_checkpoint_is_one_line(tmp_path: Path) -> None:
     cases = {
         tmp_path / "missing.ckpt": "missing.ckpt: no such checkpoint file",
         tmp_path / "notes.ckpt": "notes.ckpt: refused to load: not plain weights and data",
-        tmp_path / "other.ckpt": "other.ckpt: not a ktframe training checkpoint (no hyper_parameters.config and state_dict)",
+        tmp_path / "other.ckpt": "other.ckpt: not a checkpoint of ktframe fit: ",
     }
     for path, mentions in cases.items():
         with pytest.raises(KtframeError) as info:
             TransformerKMeans(10, checkpoint=path).fit(IRIS)
-        assert "\n" not in str(info.value) and mentions in str(info.value) and str(info.value).endswith("expected a .ckpt written by ktframe fit")
+        assert "\n" not in str(info.value) and mentions in str(info.value) and "expected a .ckpt written by ktframe fit" in str(info.value)
 
 
 def test_a_checkpoint_that_would_run_code_is_refused(tmp_path: Path) -> None:

@@ -100,7 +100,7 @@ def test_multirun_of_two_seeds_evaluates_each_and_reports_them(tmp_path):
     pairs = [next(s for s in e["settings"] if (s["init"], s["n"]) == ("random", 32))["versus"]["model"]["lloyd"] for e in evals]
     assert (versus["runs"], versus["task_sets"], versus["tasks"]) == (2, 1, evals[0]["tasks"])
     assert versus["mean"] == pytest.approx(sum(p["mean"] for p in pairs) / 2) and versus["sem"] == pytest.approx(sum(p["sem"] for p in pairs) / 2)
-    assert all((sweep / name).is_file() for name in ("report.json", "report.md", "report.png", "training.png"))
+    assert all((sweep / "report" / name).is_file() for name in ("report.json", "report.md", "report.png", "training.png"))
     ratios = [dict(logged(csv_rows(sweep / job), "val/ratio")) for job in ("0", "1")]  # the runs' own CSV logs
     curve = report["training"]["curves"]["val/ratio"]
     assert curve["step"] == sorted(ratios[0]) == sorted(ratios[1]) and curve["runs"] == [2] * len(curve["step"])
