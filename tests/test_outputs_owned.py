@@ -63,20 +63,6 @@ def test_report_refuses_a_folder_it_did_not_make_and_force_removes_nothing_there
     assert (mine / "notes.txt").read_text() == "keep\n" and (mine / "report.png").read_bytes() == b"a user's figure"
 
 
-def test_a_second_gamma_sweep_into_a_finished_one_is_refused(tmp_path):
-    from test_gamma_sweep import TINY
-
-    (tmp_path / "tiny.yaml").write_text(TINY)
-    first = run_cli(["gamma-sweep", "--grid", "tiny.yaml", "--out", "sweep"], tmp_path)
-    assert first.returncode == 0, first.stderr
-    before = hashes(tmp_path / "sweep")
-    again = run_cli(["gamma-sweep", "--grid", "tiny.yaml", "--out", "sweep"], tmp_path)
-    assert one_line_error(again, "gamma-sweep") == (
-        "ktframe gamma-sweep: error: --out sweep: holds an earlier ktframe gamma-sweep; expected another --out, --resume to go on with it, or --force to replace its files"
-    )
-    assert hashes(tmp_path / "sweep") == before
-
-
 def _cluster(tmp_path: Path, **kwargs) -> subprocess.Popen:
     (tmp_path / "points.csv").write_text(CLUSTER_POINTS)
     return subprocess.Popen(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ktframe.cli import progress
 from ktframe.core.errors import InputError
-from ktframe.core.io import claim_folder, write_atomically
+from ktframe.core.io import write_atomically
 
 
 def epilog(_: Sequence[str]) -> str:
@@ -31,10 +31,6 @@ def add_parser(commands) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the tasks (default: 0)")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="(default: float32, as the authors' sweep)")
     p.add_argument("--resume", action="store_true", help="go on with the sweep that was stopped in --out (started with the same options)")
-    p.add_argument(
-        "--force", action="store_true",
-        help="write into --out although it holds an earlier sweep or other files: replaces gamma-sweep's own files there, removes nothing else",
-    )  # fmt: skip
     p.add_argument(
         "--from", dest="source", metavar="CSV", help="take the rows of this finished sweep's gamma-sweep.csv instead of running one (to redraw or compare it)"
     )
@@ -58,12 +54,9 @@ def run(args) -> int:
             raise InputError("--from takes a finished sweep and --resume goes on with an unfinished one; expected one of them")
         rows = gamma_sweep.read_csv(Path(args.source))
         gamma_sweep.check_folder(folder)
-        claim_folder(folder, "gamma-sweep", force=args.force)
         paths = gamma_sweep.write(rows, gamma_sweep.grid_of(rows), folder)
     else:
         chosen = gamma_sweep.grid(args.grid)
-        # A stopped sweep's journal names what to do with it (--resume, or another --out).
-        claim_folder(folder, "gamma-sweep", force=args.force, resume=args.resume or (folder / gamma_sweep.SETTINGS).exists())
         with progress.bar(f"gamma-sweep {args.grid}", chosen.cells, "cell", quiet=args.quiet) as bar:
             try:
                 rows, paths = gamma_sweep.run(
