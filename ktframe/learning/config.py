@@ -275,8 +275,8 @@ def _check_trainer_value(name: str, value: Any) -> None:
 
 def trainer_extras(cfg: DictConfig) -> dict[str, Any]:
     """The ``trainer.KEY`` values that are Lightning Trainer arguments rather than ktframe's own keys."""
-    own = {f.name for f in dataclasses.fields(TrainerConfig)}
-    return {name: value for name, value in OmegaConf.to_container(cfg.trainer, resolve=True).items() if name not in own}
+    extras = trainer_extras_unresolved(cfg)
+    return {name: value for name, value in OmegaConf.to_container(cfg.trainer, resolve=True).items() if name in extras}
 
 
 def _read_yaml(source: Any) -> dict:
